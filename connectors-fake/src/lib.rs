@@ -1,0 +1,1 @@
+//! Fake connectors with fault models and ground truth. OWNER: fakes work stream.

@@ -1,0 +1,111 @@
+//! Connectors: the engine's adapters to external APIs.
+//!
+//! A connector declares, per action, its [`GuaranteeClass`]; the executor's behaviour is a function of that class
+//! and the three-valued [`Outcome`] of each call (as in Jepsen histories: applied, not applied, indeterminate).
+
+use crate::key::Key;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, so connectors can be trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an action can promise about repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum GuaranteeClass {
+    /// The API honours idempotency keys and keeps them for `retention_ms`.
+    Keyed { retention_ms: u64 },
+    /// No keys, but the engine can search for an earlier create; a create becomes searchable within `lag_bound_ms`
+    /// (the connector's documented visibility-lag bound).
+    LookupBeforeCreate { lag_bound_ms: u64 },
+    /// Neither keys nor a lookup: never retried automatically after an indeterminate outcome.
+    AtMostOnce,
+}
+
+impl GuaranteeClass {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GuaranteeClass::Keyed { .. } => "keyed",
+            GuaranteeClass::LookupBeforeCreate { .. } => "lookup-before-create",
+            GuaranteeClass::AtMostOnce => "at-most-once",
+        }
+    }
+}
+
+/// One action of a connector.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ActionSpec {
+    pub name: String,
+    pub class: GuaranteeClass,
+    /// A keyed action may also offer a lookup (used when a retry falls outside the key retention window).
+    /// Always true for `LookupBeforeCreate`, false for `AtMostOnce`.
+    pub has_lookup: bool,
+}
+
+impl ActionSpec {
+    /// Are automatic retries on by default for this action (keyed and lookup-before-create only)?
+    pub fn auto_retry(&self) -> bool {
+        !matches!(self.class, GuaranteeClass::AtMostOnce)
+    }
+}
+
+/// One call to a connector.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub action: &'a str,
+    pub inputs: &'a serde_json::Value,
+    /// The key of this write; sent as the idempotency key where the API takes one, put in metadata where it can be
+    /// searched for.
+    pub key: &'a Key,
+    pub run_id: &'a str,
+    /// Counts from 1.
+    pub attempt: u32,
+}
+
+/// A definite failure: the call did not apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotApplied {
+    pub error: String,
+    pub retryable: bool,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// What one call did, as far as the caller can know.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Applied, with the API's answer.
+    Applied(serde_json::Value),
+    /// Definitely not applied.
+    NotApplied(NotApplied),
+    /// Maybe applied: a timeout, a reset after send, a 5xx after the request left.
+    Indeterminate(String),
+    /// The key was used before with different parameters (`idempotency_error`): a bug signal. The step fails
+    /// loudly; it is never "fixed" by retrying under a new key.
+    KeyReusedWithDifferentPayload(String),
+    /// A concurrent request with the same key is in flight (409): wait and retry with the same key.
+    KeyInFlight,
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LookupOutcome {
+    /// An earlier create of this write, with the API's record of it (adopted as the output).
+    Found(serde_json::Value),
+    NotFound,
+    /// The search itself failed; nothing can be concluded.
+    Failed(String),
+}
+
+/// An adapter to an external API.
+pub trait Connector: Send + Sync {
+    /// The connector's name, the first half of `connector.action` in workflows.
+    fn name(&self) -> &str;
+    fn actions(&self) -> &[ActionSpec];
+    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome>;
+    /// Searches for an earlier create of this write. Only called for actions with `has_lookup`.
+    fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome>;
+
+    fn action(&self, name: &str) -> Option<&ActionSpec> {
+        self.actions().iter().find(|a| a.name == name)
+    }
+}

@@ -1,0 +1,1 @@
+//! The executor: applies the three rules to a run. OWNER: executor work stream.

@@ -1,0 +1,96 @@
+//! Step keys (rule 1 of `DESIGN.md`).
+//!
+//! `key = blake3(DOMAIN_TAG, len(run id), run id, len(step id), step id, len(canonical inputs), canonical inputs)`,
+//! each length a little-endian `u64`, so no two distinct (run, step, inputs) triples share an encoding.
+//! The inputs are canonicalised with [`crate::canonical`] (RFC 8785) first, so key order, whitespace and number
+//! spelling (`1.0` vs `1`) do not change the key.
+//!
+//! Write keys (one write of a multi-write or agent step) are derived from the step key, the write's index and the
+//! write's canonical inputs with their own domain tag.
+//!
+//! OWNER: canonical/key work stream. The signatures below are the contract other crates build on.
+
+use std::fmt;
+
+/// A 32-byte blake3 idempotency key. Displays as lowercase hex.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Key(pub [u8; 32]);
+
+impl Key {
+    pub fn to_hex(&self) -> String {
+        let mut s = String::with_capacity(64);
+        for b in self.0 {
+            use std::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+        }
+        s
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({})", &self.to_hex()[..16])
+    }
+}
+
+/// The domain tag of step keys; changing it changes every key.
+pub const STEP_DOMAIN_TAG: &[u8] = b"flow/step-key/v1";
+/// The domain tag of write keys.
+pub const WRITE_DOMAIN_TAG: &[u8] = b"flow/write-key/v1";
+
+/// The key of step `step_id` of run `run_id` with `inputs`.
+pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
+    let canonical = crate::canonical::to_vec(inputs)?;
+    Ok(step_key_canonical(run_id, step_id, &canonical))
+}
+
+/// The key of a step whose inputs are already canonical bytes.
+pub fn step_key_canonical(run_id: &str, step_id: &str, canonical_inputs: &[u8]) -> Key {
+    let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + canonical_inputs.len());
+    buf.extend_from_slice(STEP_DOMAIN_TAG);
+    for part in [run_id.as_bytes(), step_id.as_bytes(), canonical_inputs] {
+        buf.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        buf.extend_from_slice(part);
+    }
+    Key(*blake3::hash(&buf).as_bytes())
+}
+
+/// The key of write number `index` of the step keyed `step`, with `inputs`.
+pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
+    let canonical = crate::canonical::to_vec(inputs)?;
+    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + canonical.len());
+    buf.extend_from_slice(WRITE_DOMAIN_TAG);
+    buf.extend_from_slice(&step.0);
+    buf.extend_from_slice(&index.to_le_bytes());
+    buf.extend_from_slice(&(canonical.len() as u64).to_le_bytes());
+    buf.extend_from_slice(&canonical);
+    Ok(Key(*blake3::hash(&buf).as_bytes()))
+}
+
+/// `inputs` with each volatile path removed (a request timestamp, a trace id): such fields are sent to the connector
+/// but left out of the key, so a retry that refreshes them still finds the earlier attempt. A path is a list of
+/// object member names from the root, written `a.b.c`; a path that does not exist is ignored.
+pub fn without_volatile(inputs: &serde_json::Value, volatile_paths: &[String]) -> serde_json::Value {
+    let mut out = inputs.clone();
+    for path in volatile_paths {
+        let parts: Vec<&str> = path.split('.').collect();
+        remove_path(&mut out, &parts);
+    }
+    out
+}
+
+fn remove_path(value: &mut serde_json::Value, parts: &[&str]) {
+    let Some((first, rest)) = parts.split_first() else { return };
+    let Some(map) = value.as_object_mut() else { return };
+    if rest.is_empty() {
+        map.remove(*first);
+    } else if let Some(child) = map.get_mut(*first) {
+        remove_path(child, rest);
+    }
+}

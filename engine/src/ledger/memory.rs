@@ -1,0 +1,1 @@
+//! The in-memory ledger: the same contract as SQLite, kept in ordered maps. OWNER: ledger work stream.

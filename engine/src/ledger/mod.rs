@@ -1,0 +1,289 @@
+//! The ledger: the engine's durable record of keys, attempts, outcomes, runs, plans and the webhook inbox.
+//!
+//! One interface, [`Ledger`], two implementations that pass one contract suite (`tests/ledger_contract.rs`):
+//! [`memory::MemoryLedger`] and [`sqlite::SqliteLedger`] (a file in WAL mode by default, `:memory:` for simulations).
+//!
+//! A step record moves through these states; every transition is validated and `Succeeded` is final:
+//!
+//! ```text
+//!   (absent) --claim--> Started --complete--> Succeeded | Failed | Unknown
+//!   Failed | Unknown | Started(lease expired) --claim--> Started
+//!   Unknown | Failed --adopt (lookup found it / a person marked it done)--> Succeeded
+//! ```
+//!
+//! A claim carries a lease and a fencing token: two workers can never both hold one key, a stale lease can be taken
+//! over (the fence goes up), and every write of the old owner is refused afterwards with [`Error::Fenced`].
+//! Recording a different output for a succeeded key is refused with [`Error::OutputConflict`], never overwritten.
+
+pub mod memory;
+pub mod sqlite;
+
+use crate::key::Key;
+
+/// The status of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum Status {
+    /// An intent: an attempt was (or is being) made by `owner` under the current fence.
+    Started,
+    /// Finished with an output. Final.
+    Succeeded,
+    /// The last attempt definitely did not apply.
+    Failed,
+    /// The outcome of the last attempt is indeterminate (timeout, reset after send, 5xx after the request left).
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Started => "started",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Unknown => "unknown",
+        }
+    }
+}
+
+/// Everything the ledger knows about one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub key: Key,
+    pub run_id: String,
+    pub step_id: String,
+    /// `connector.action`.
+    pub action: String,
+    /// blake3 of the canonical inputs, so a person can tell which inputs an attempt carried.
+    pub inputs_hash: [u8; 32],
+    pub attempt_count: u32,
+    pub status: Status,
+    /// The worker that holds (or last held) the lease.
+    pub owner: String,
+    pub lease_expiry_ms: u64,
+    /// Goes up by one with every claim; writes carrying an older fence are refused.
+    pub fence: u64,
+    /// When the last attempt started (the intent was written).
+    pub last_attempt_ms: u64,
+    /// Canonical JSON of the output, when succeeded.
+    pub output: Option<Vec<u8>>,
+    /// The error of a failed attempt, or the reason of an unknown one.
+    pub error: Option<String>,
+}
+
+/// A request to take the lease on a key and write an intent (`Started`) for a new attempt.
+#[derive(Debug, Clone)]
+pub struct Claim<'a> {
+    pub key: Key,
+    pub run_id: &'a str,
+    pub step_id: &'a str,
+    pub action: &'a str,
+    pub inputs_hash: [u8; 32],
+    pub worker: &'a str,
+    pub now_ms: u64,
+    pub lease_ms: u64,
+    /// The fence of the record as the claimant last read it (0 when it read no record). The claim is refused with
+    /// [`Claimed::Conflict`] when the record changed since: a compare-and-swap, so the claimant's decision was made
+    /// on the state it replaces.
+    pub expected_fence: u64,
+    /// Must the intent be on disk before the call? True for at-most-once and lookup-before-create actions (see
+    /// `ARCHITECTURE.md`, "group commit"); keyed intents may be group-committed.
+    pub durable: bool,
+}
+
+/// What a claim did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The lease is the claimant's, the intent is written; `attempt` counts from 1.
+    Granted { fence: u64, attempt: u32 },
+    /// The record is not as the claimant read it, or another worker holds an unexpired lease. Re-read and decide.
+    Conflict(Box<StepRecord>),
+}
+
+/// The recorded end of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// Applied, with its canonical JSON output.
+    Succeeded { output: Vec<u8> },
+    /// Definitely not applied.
+    Failed { error: String },
+    /// Indeterminate.
+    Unknown { reason: String },
+}
+
+/// The status of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Succeeded,
+    /// Only when every attempt definitely did not apply.
+    Failed,
+    /// Waiting for a person; the record carries the reason.
+    Paused,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "pending",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Paused => "paused",
+        }
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Succeeded | RunStatus::Failed)
+    }
+}
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow: String,
+    pub status: RunStatus,
+    /// Canonical JSON of the trigger payload.
+    pub trigger: Vec<u8>,
+    /// Why the run is paused or failed.
+    pub reason: Option<String>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+/// A webhook delivery to record in the inbox.
+#[derive(Debug, Clone)]
+pub struct Delivery<'a> {
+    pub source: &'a str,
+    pub event_id: &'a str,
+    /// Optional second deduplication key for senders that emit two distinct events for one change
+    /// (`object id` + `event type`); a delivery whose `dedup_key` is already in the inbox is a duplicate too.
+    pub dedup_key: Option<&'a str>,
+    pub received_ms: u64,
+}
+
+/// What a webhook intake did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intake {
+    /// The event is new: the inbox row and the run were written in one transaction.
+    Started { run_id: String },
+    /// Seen before (by event id or by dedup key): nothing was started.
+    Duplicate { run_id: String },
+}
+
+/// A person's decision about a paused step.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Resolution {
+    /// The effect happened: record this output and go on.
+    MarkDone { output: serde_json::Value },
+    /// Send it again anyway.
+    Retry,
+    /// Give up on the run.
+    Abort,
+}
+
+/// A recorded resolution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolutionRecord {
+    pub run_id: String,
+    pub key: Key,
+    pub resolution: Resolution,
+    pub by: String,
+    pub at_ms: u64,
+}
+
+/// Ledger errors. A broken invariant (a different output for a succeeded key) is an error the executor turns into a
+/// loud failure, never a silent overwrite.
+#[derive(Debug)]
+pub enum Error {
+    /// The write carried fence `presented` but the record is at `current`: another worker took the key over.
+    Fenced { key: Key, presented: u64, current: u64 },
+    /// A transition the state machine does not allow (for example, anything out of `Succeeded`).
+    InvalidTransition { key: Key, from: Status, to: Status },
+    /// A succeeded key was given a different output.
+    OutputConflict { key: Key },
+    /// A record the operation needs is absent.
+    NotFound { what: String },
+    /// The ledger file was written by a newer schema than this build knows.
+    SchemaTooNew { found: i64, supported: i64 },
+    /// The file is not a ledger, or is damaged.
+    Corrupt { detail: String },
+    /// Any other storage failure.
+    Storage(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Fenced { key, presented, current } => {
+                write!(f, "write to key {key} refused: fence {presented} is stale, the key is at fence {current}")
+            }
+            Error::InvalidTransition { key, from, to } => {
+                write!(f, "key {key}: transition {} -> {} is not allowed", from.as_str(), to.as_str())
+            }
+            Error::OutputConflict { key } => {
+                write!(f, "key {key} already succeeded with a different output; refusing to overwrite it")
+            }
+            Error::NotFound { what } => write!(f, "not found: {what}"),
+            Error::SchemaTooNew { found, supported } => write!(
+                f,
+                "the ledger has schema version {found}, newer than the {supported} this build supports; \
+                 use a newer build"
+            ),
+            Error::Corrupt { detail } => write!(f, "the ledger file is corrupt or not a ledger: {detail}"),
+            Error::Storage(detail) => write!(f, "ledger storage error: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The ledger interface. Methods are synchronous: SQLite runs inline on the calling task (on the simulation thread
+/// under madsim, where thread pools are not allowed), and every call is short.
+pub trait Ledger: Send + Sync {
+    // --- keys -------------------------------------------------------------------------------------------------
+    fn get(&self, key: &Key) -> Result<Option<StepRecord>>;
+    /// Takes the lease and writes the intent. See [`Claim`].
+    fn claim(&self, claim: &Claim<'_>) -> Result<Claimed>;
+    /// Records the end of the attempt made under `fence`.
+    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()>;
+    /// Extends the lease held under `fence`.
+    fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()>;
+
+    // --- plans ------------------------------------------------------------------------------------------------
+    /// Records the plan of writes of the step keyed `key` unless one is recorded; returns the plan in force (the
+    /// earlier one when there was one). A recorded plan is never replaced.
+    fn record_plan(&self, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>>;
+    fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>>;
+
+    // --- runs -------------------------------------------------------------------------------------------------
+    /// Creates the run unless a run with its id exists; returns whether it created it.
+    fn create_run(&self, run: &RunRecord) -> Result<bool>;
+    fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>>;
+    fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()>;
+    /// Ids of runs that are pending or running, sorted.
+    fn unfinished_runs(&self) -> Result<Vec<String>>;
+    /// Ids of paused runs, sorted.
+    fn paused_runs(&self) -> Result<Vec<String>>;
+
+    // --- webhooks ---------------------------------------------------------------------------------------------
+    /// Records the delivery in the inbox and creates `run` in one transaction, unless the event (or its dedup key)
+    /// is already in the inbox.
+    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake>;
+    /// Records a rejected delivery (forged, unsigned, stale), which starts nothing.
+    fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()>;
+    /// Drops inbox rows received before `before_ms` (retention).
+    fn expire_inbox(&self, before_ms: u64) -> Result<u64>;
+
+    // --- people -----------------------------------------------------------------------------------------------
+    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()>;
+    fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>>;
+
+    // --- housekeeping -----------------------------------------------------------------------------------------
+    /// Forgets every record of a finished run (keys, plans, the run itself), so a long simulation keeps bounded
+    /// memory. Inbox rows stay until they expire.
+    fn forget_run(&self, run_id: &str) -> Result<()>;
+    /// Makes every group-committed write durable.
+    fn flush(&self) -> Result<()>;
+}

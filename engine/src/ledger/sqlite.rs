@@ -1,0 +1,1 @@
+//! The SQLite ledger (rusqlite, bundled SQLite). OWNER: ledger work stream.

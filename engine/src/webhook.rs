@@ -1,0 +1,1 @@
+//! Webhook intake: signature checks and deduplicated run starts. OWNER: executor work stream.

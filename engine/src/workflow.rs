@@ -1,0 +1,1 @@
+//! Workflow definitions: named steps with templated inputs. OWNER: executor work stream.

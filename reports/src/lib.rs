@@ -1,0 +1,1 @@
+//! Reports over results JSON. OWNER: reports work stream.

@@ -1,0 +1,3 @@
+//! The scenario catalogue, its proptest strategies, and the `flowsim` command line.
+
+pub mod cli;
