@@ -32,9 +32,32 @@ pub enum Event<'a> {
     RunFailed { run_id: &'a str, reason: &'a str },
 }
 
+/// The places where a worker crash is most interesting. The engine asks [`Observer::halt_at`] at each; when the
+/// observer answers true the engine parks forever at that point, so whoever drives it (madsim's node kill, a test
+/// aborting the task) can crash it exactly there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CrashPoint {
+    /// The intent is written; the connector has not been called.
+    BeforeCall,
+    /// The connector answered; the outcome is not recorded yet.
+    AfterCallBeforeRecord,
+    /// The plan of writes is recorded; the first write has not started.
+    AfterPlanBeforeFirstWrite,
+    /// The planner (model) is being asked for a plan; nothing is recorded yet.
+    WhilePlanning,
+    /// A webhook delivery was received and is about to be written to the inbox.
+    DuringWebhookIntake,
+}
+
 /// Receives the engine's events.
 pub trait Observer: Send + Sync {
     fn event(&self, event: &Event<'_>);
+
+    /// Should the engine stop dead at `point` (for crash injection)? `key` is the step or write key involved (the
+    /// webhook's derived run key for [`CrashPoint::DuringWebhookIntake`]).
+    fn halt_at(&self, _point: CrashPoint, _run_id: &str, _key: &Key) -> bool {
+        false
+    }
 }
 
 /// An observer that ignores everything.
