@@ -16,8 +16,10 @@ pub enum Event<'a> {
     Replayed { run_id: &'a str, step_id: &'a str, key: &'a Key },
     /// A plan of writes was recorded (or the recorded one was reused: `reused`).
     PlanRecorded { run_id: &'a str, step_id: &'a str, key: &'a Key, writes: usize, reused: bool },
-    /// An intent was written and the connector is about to be called.
-    CallStarted { run_id: &'a str, step_id: &'a str, key: &'a Key, action: &'a str, attempt: u32 },
+    /// An intent was written and the connector is about to be called. `key` is the ledger key of the write;
+    /// `sent_key` is the key sent to the API (the same under the rules; a fresh one per attempt under the naive
+    /// policy). A write of a multi-write or agent step reports its step id as `step#index`.
+    CallStarted { run_id: &'a str, step_id: &'a str, key: &'a Key, sent_key: &'a Key, action: &'a str, attempt: u32 },
     /// A connector call ended with this outcome (`applied`, `not-applied`, `indeterminate`, `key-reused`, `in-flight`).
     CallEnded { run_id: &'a str, step_id: &'a str, key: &'a Key, action: &'a str, attempt: u32, outcome: &'a str },
     /// A lookup was made; `found` says whether it adopted an earlier create.

@@ -1,4 +1,6 @@
-//! flowsim's deterministic world: the engine inside madsim, fake connectors as their own nodes, crash injection,
-//! the streaming invariant checker, the trace hash, and the results type every report is made from.
+//! flowsim's deterministic world: the engine inside madsim, fake connectors whose state outlives any worker, crash
+//! injection, the streaming invariant checker, the trace hash, and the results type every report is made from.
 
+pub mod checker;
 pub mod results;
+pub mod trace;

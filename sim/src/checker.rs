@@ -1,0 +1,434 @@
+//! The streaming invariant checker (I1–I10 of `DESIGN.md`).
+//!
+//! It is fed, in simulation order, every engine event (tagged with the worker and the worker's incarnation), every
+//! effect the fakes committed (the ground truth, tagged out-of-band with the key the engine sent), and the world's
+//! own events (a worker killed, a run finished). State is kept per unfinished run and dropped when the run finishes,
+//! so memory is bounded by the runs in flight, not by the total number of steps.
+//!
+//! Logical identity: the checker counts effects per *ledger key* (the rules key of a write). Under `--policy naive`
+//! the engine sends a fresh key per attempt, so each `CallStarted` event carries both the ledger key and the key sent;
+//! the checker maps one to the other, which is what lets it see the naive policy's duplicates at all.
+
+use crate::results::{Duplicates, InvariantResult, Latency};
+use engine::event::Event;
+use engine::key::Key;
+use engine::ledger::{Ledger, RunStatus, Status};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The invariants, in order.
+pub const INVARIANTS: [&str; 10] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10"];
+
+/// What the checker knows about an action.
+#[derive(Debug, Clone)]
+pub struct ActionInfo {
+    /// The class duplicates are counted under: `keyed`, `lookup-before-create`, `at-most-once`, or `canary`.
+    pub class: String,
+    /// The visibility-lag bound of a lookup action: a duplicate whose first effect stayed invisible longer than this
+    /// is the residual class (counted and budgeted, not an I1 violation).
+    pub lag_bound_ms: Option<u64>,
+    pub at_most_once: bool,
+}
+
+/// One committed effect, as the checker sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectSeen<'a> {
+    /// The key the engine sent (the fake's out-of-band tag).
+    pub sent_key: &'a Key,
+    pub run_id: &'a str,
+    pub action: &'a str,
+    pub object_id: &'a str,
+    pub committed_ms: u64,
+    pub visible_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    action: usize,
+    step_id: String,
+    effects: u32,
+    first_object: Option<String>,
+    first_lag_ms: u64,
+    succeeded: bool,
+    /// The in-flight call: (worker, incarnation).
+    in_flight: Option<(u32, u32)>,
+    /// An attempt of an at-most-once action started; any later attempt needs a person's decision.
+    attempted: bool,
+    retry_grants: u32,
+    first_call_ms: Option<u64>,
+    resolved_by_person: bool,
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    keys: BTreeMap<Key, KeyState>,
+    /// Steps whose plan is recorded: (step id) → the number of times a *new* plan was recorded.
+    plans: BTreeMap<String, u32>,
+    paused_once: bool,
+    pending_retry_grants: u32,
+    aborted: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Violations {
+    count: u64,
+    first: Option<String>,
+}
+
+/// Per-action counters.
+#[derive(Debug, Default, Clone)]
+pub struct ActionCounters {
+    pub steps: u64,
+    pub effects: u64,
+    pub duplicates: u64,
+    pub residual_duplicates: u64,
+    pub calls: u64,
+    pub lookups: u64,
+}
+
+/// The streaming checker.
+pub struct Checker {
+    actions: Vec<ActionInfo>,
+    action_names: Vec<String>,
+    action_index: BTreeMap<String, usize>,
+    /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
+    plan_steps: BTreeSet<String>,
+    runs: BTreeMap<String, RunState>,
+    /// Sent key → ledger key, for calls in flight (dropped when the run finishes).
+    sent_to_ledger: BTreeMap<Key, Key>,
+    incarnations: Vec<u32>,
+    violations: BTreeMap<&'static str, Violations>,
+    pub counters: Vec<ActionCounters>,
+    pub runs_finished: u64,
+    pub runs_paused: u64,
+    pub runs_failed: u64,
+    pub runs_with_visible_retry: u64,
+    pub effects: u64,
+    pub lookups_total: u64,
+    latency: hdrhistogram::Histogram<u64>,
+    /// Set when a violation was found and not yet reported to the trace.
+    pub new_violation: Option<String>,
+}
+
+impl Checker {
+    pub fn new(actions: &BTreeMap<String, ActionInfo>, plan_steps: BTreeSet<String>, workers: u32) -> Self {
+        let action_names: Vec<String> = actions.keys().cloned().collect();
+        let action_index = action_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        Checker {
+            actions: actions.values().cloned().collect(),
+            counters: vec![ActionCounters::default(); action_names.len()],
+            action_names,
+            action_index,
+            plan_steps,
+            runs: BTreeMap::new(),
+            sent_to_ledger: BTreeMap::new(),
+            incarnations: vec![0; workers as usize],
+            violations: BTreeMap::new(),
+            runs_finished: 0,
+            runs_paused: 0,
+            runs_failed: 0,
+            runs_with_visible_retry: 0,
+            effects: 0,
+            lookups_total: 0,
+            latency: hdrhistogram::Histogram::new(3).expect("a histogram with 3 significant figures"),
+            new_violation: None,
+        }
+    }
+
+    fn violate(&mut self, id: &'static str, description: String) {
+        let v = self.violations.entry(id).or_default();
+        v.count += 1;
+        if v.first.is_none() {
+            v.first = Some(description.clone());
+        }
+        if self.new_violation.is_none() {
+            self.new_violation = Some(format!("{id}: {description}"));
+        }
+    }
+
+    /// Records a violation found outside the checker (the webhook driver's I6, the determinism check's I9).
+    pub fn external_violation(&mut self, id: &'static str, description: String) {
+        self.violate(id, description);
+    }
+
+    pub fn worker_killed(&mut self, worker: u32) {
+        self.incarnations[worker as usize] += 1;
+    }
+
+    fn action_of(&self, name: &str) -> usize {
+        match self.action_index.get(name) {
+            Some(i) => *i,
+            None => panic!("the engine called action {name:?}, which the world did not declare"),
+        }
+    }
+
+    /// One engine event from `worker`.
+    pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>) {
+        match *event {
+            Event::RunStarted { run_id, .. } => {
+                self.runs.entry(run_id.to_owned()).or_default();
+            }
+            Event::PlanRecorded { run_id, step_id, reused, .. } => {
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let count = run.plans.entry(step_id.to_owned()).or_default();
+                if !reused {
+                    *count += 1;
+                    if *count > 1 {
+                        self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));
+                    }
+                }
+            }
+            Event::CallStarted { run_id, step_id, key, sent_key, action, attempt } => {
+                let action = self.action_of(action);
+                let incarnation = self.incarnations[worker as usize];
+                let at_most_once = self.actions[action].at_most_once;
+                let plan_needed = self.plan_steps.contains(step_base(step_id));
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let plan_missing = plan_needed && !run.plans.contains_key(step_base(step_id));
+                let grants_available = run.pending_retry_grants;
+                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
+                    action,
+                    step_id: step_id.to_owned(),
+                    ..KeyState::default()
+                });
+                let mut found: Vec<(&'static str, String)> = Vec::new();
+                if state.succeeded {
+                    found.push(("I5", format!("run {run_id} step {step_id}: a call was made for a succeeded key")));
+                }
+                if let Some((w, inc)) = state.in_flight
+                    && self.incarnations[w as usize] == inc
+                {
+                    found.push((
+                        "I10",
+                        format!("run {run_id} step {step_id}: workers {w} and {worker} executed one key at once"),
+                    ));
+                }
+                if at_most_once && state.attempted {
+                    if state.retry_grants > 0 {
+                        state.retry_grants -= 1;
+                    } else if grants_available > 0 {
+                        run.pending_retry_grants -= 1;
+                    } else {
+                        found.push((
+                            "I4",
+                            format!(
+                                "run {run_id} step {step_id}: at-most-once action sent again (attempt {attempt}) \
+                                 without a person's decision"
+                            ),
+                        ));
+                    }
+                }
+                if plan_missing {
+                    found.push(("I7", format!("run {run_id} step {step_id}: a write started before its plan was recorded")));
+                }
+                state.attempted = true;
+                state.in_flight = Some((worker, incarnation));
+                state.first_call_ms.get_or_insert(now_ms);
+                self.counters[action].calls += 1;
+                self.sent_to_ledger.insert(*sent_key, *key);
+                for (id, d) in found {
+                    self.violate(id, d);
+                }
+            }
+            Event::CallEnded { run_id, key, .. } => {
+                if let Some(state) = self.runs.get_mut(run_id).and_then(|r| r.keys.get_mut(key)) {
+                    state.in_flight = None;
+                }
+            }
+            Event::Lookup { run_id, step_id, key, action, .. } => {
+                let action = self.action_of(action);
+                self.counters[action].lookups += 1;
+                self.lookups_total += 1;
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
+                    action,
+                    step_id: step_id.to_owned(),
+                    ..KeyState::default()
+                });
+                state.first_call_ms.get_or_insert(now_ms);
+            }
+            Event::StepSucceeded { run_id, step_id, key, action } => {
+                let action = self.action_of(action);
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
+                    action,
+                    step_id: step_id.to_owned(),
+                    ..KeyState::default()
+                });
+                state.succeeded = true;
+                state.in_flight = None;
+                if let Some(start) = state.first_call_ms {
+                    let _ = self.latency.record(now_ms.saturating_sub(start));
+                }
+            }
+            Event::RunPaused { run_id, .. } => {
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                run.paused_once = true;
+            }
+            Event::RunResolved { run_id, key, resolution } => {
+                let run = self.runs.entry(run_id.to_owned()).or_default();
+                match resolution {
+                    "retry" => match run.keys.get_mut(key) {
+                        Some(state) => state.retry_grants += 1,
+                        None => run.pending_retry_grants += 1,
+                    },
+                    "abort" => run.aborted = true,
+                    _ => {
+                        if let Some(state) = run.keys.get_mut(key) {
+                            state.resolved_by_person = true;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One committed effect.
+    pub fn on_effect(&mut self, effect: &EffectSeen<'_>) {
+        self.effects += 1;
+        let action = self.action_of(effect.action);
+        self.counters[action].effects += 1;
+        let ledger_key = self.sent_to_ledger.get(effect.sent_key).copied().unwrap_or(*effect.sent_key);
+        let Some(run) = self.runs.get_mut(effect.run_id) else {
+            self.violate("I3", format!("run {}: an effect committed after the run finished", effect.run_id));
+            return;
+        };
+        let state = run.keys.entry(ledger_key).or_insert_with(|| KeyState { action, ..KeyState::default() });
+        state.effects += 1;
+        if state.effects == 1 {
+            state.first_object = Some(effect.object_id.to_owned());
+            state.first_lag_ms = effect.visible_ms.saturating_sub(effect.committed_ms);
+            return;
+        }
+        let info = &self.actions[action];
+        let residual = info.lag_bound_ms.is_some_and(|bound| state.first_lag_ms > bound);
+        let counters = &mut self.counters[action];
+        counters.duplicates += 1;
+        if residual {
+            counters.residual_duplicates += 1;
+        } else {
+            let description = format!(
+                "run {} step {}: key {} of {} ({}) has {} effects",
+                effect.run_id, state.step_id, ledger_key, effect.action, info.class, state.effects
+            );
+            self.violate("I1", description);
+        }
+    }
+
+    /// The run reached a terminal or paused state: check what can only be checked now, then forget it.
+    pub fn run_finished(&mut self, run_id: &str, status: RunStatus, ledger: &dyn Ledger) {
+        let Some(run) = self.runs.remove(run_id) else { return };
+        self.runs_finished += 1;
+        match status {
+            RunStatus::Paused => self.runs_paused += 1,
+            RunStatus::Failed => self.runs_failed += 1,
+            _ => {}
+        }
+        if run.paused_once {
+            self.runs_with_visible_retry += 1;
+        }
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        for (key, state) in &run.keys {
+            self.counters[state.action].steps += 1;
+            self.sent_to_ledger.remove(key);
+            let record = match ledger.get(key) {
+                Ok(r) => r,
+                Err(e) => panic!("the ledger failed while the checker read key {key}: {e}"),
+            };
+            let ledger_succeeded = record.as_ref().is_some_and(|r| r.status == Status::Succeeded);
+            if state.succeeded && !ledger_succeeded {
+                found.push(("I10", format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id)));
+            }
+            if ledger_succeeded && !state.resolved_by_person {
+                if state.effects == 0 {
+                    found.push(("I2", format!("run {run_id} step {}: succeeded without any effect", state.step_id)));
+                } else if let (Some(object), Some(output)) =
+                    (state.first_object.as_deref(), record.as_ref().and_then(|r| r.output.as_deref()))
+                    && !contains(output, object.as_bytes())
+                {
+                    found.push((
+                        "I2",
+                        format!("run {run_id} step {}: the stored output does not describe effect {object}", state.step_id),
+                    ));
+                }
+            }
+            if state.effects > 0 && !ledger_succeeded && status == RunStatus::Failed && !run.aborted {
+                found.push((
+                    "I3",
+                    format!("run {run_id} step {}: an effect belongs to a run marked failed", state.step_id),
+                ));
+            }
+        }
+        for (id, d) in found {
+            self.violate(id, d);
+        }
+    }
+
+    /// Runs still unfinished after the heal phase: I8.
+    pub fn finish(&mut self) {
+        let stuck: Vec<String> = self.runs.keys().take(3).cloned().collect();
+        let count = self.runs.len() as u64;
+        if count > 0 {
+            let v = self.violations.entry("I8").or_default();
+            v.count += count;
+            v.first.get_or_insert_with(|| {
+                format!("{count} runs neither finished nor paused after the heal phase (e.g. {})", stuck.join(", "))
+            });
+        }
+    }
+
+    pub fn runs_in_flight(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn invariants(&self, determinism_checked: bool) -> BTreeMap<String, InvariantResult> {
+        INVARIANTS
+            .iter()
+            .map(|id| {
+                let v = self.violations.get(id).cloned().unwrap_or_default();
+                let checked = *id != "I9" || determinism_checked;
+                (
+                    (*id).to_owned(),
+                    InvariantResult { holds: v.count == 0, violations: v.count, first_violation: v.first, checked },
+                )
+            })
+            .collect()
+    }
+
+    pub fn duplicates(&self) -> Duplicates {
+        let mut d = Duplicates::default();
+        for (i, c) in self.counters.iter().enumerate() {
+            d.total += c.duplicates;
+            *d.by_class.entry(self.actions[i].class.clone()).or_default() += c.duplicates;
+        }
+        d
+    }
+
+    pub fn latency(&self) -> Latency {
+        let h = &self.latency;
+        Latency {
+            p50_ms: h.value_at_quantile(0.5),
+            p90_ms: h.value_at_quantile(0.9),
+            p99_ms: h.value_at_quantile(0.99),
+            p999_ms: h.value_at_quantile(0.999),
+            max_ms: h.max(),
+        }
+    }
+
+    pub fn action_names(&self) -> &[String] {
+        &self.action_names
+    }
+
+    pub fn action_info(&self, index: usize) -> &ActionInfo {
+        &self.actions[index]
+    }
+}
+
+/// A write of a multi-write step reports its step id as `step#index`; plans are recorded per step.
+fn step_base(step_id: &str) -> &str {
+    step_id.split_once('#').map_or(step_id, |(base, _)| base)
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
