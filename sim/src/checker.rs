@@ -377,6 +377,13 @@ impl Checker {
         }
     }
 
+    /// The object id of an effect of a run's step that is not succeeded (what a person finds when they look at the
+    /// external system for a paused run).
+    pub fn paused_effect(&self, run_id: &str) -> Option<String> {
+        let run = self.runs.get(run_id)?;
+        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.first_object.clone())
+    }
+
     pub fn runs_in_flight(&self) -> usize {
         self.runs.len()
     }

@@ -1,0 +1,280 @@
+//! Scenario profiles: every knob of a simulation, and how the seed fills the ones a profile leaves open.
+//!
+//! A profile is written as TOML (a scenario of the catalogue, or a file a user writes). Knobs it sets are used as
+//! written; every knob it leaves open is drawn from the seed within the range [`KNOB_RANGES`] gives (swarm testing:
+//! each seed explores another corner of the fault space), then the whole resolved profile is printed at the start of
+//! a run and stored in the results. Unknown knobs are an error that names them.
+
+use connectors_fake::profile::FaultProfile;
+use connectors_fake::rng::Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The world's own knobs (the fakes' knobs are [`FaultProfile`]s, one per connector).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorldKnobs {
+    /// Worker nodes running the engine.
+    pub workers: u32,
+    /// Runs in flight at once (back-pressure on the traffic generator): bounds memory.
+    pub runs_in_flight_max: u32,
+    /// New runs per simulated second (Poisson arrivals).
+    pub run_rate_per_s: f64,
+    /// Share of runs started by a webhook delivery rather than an API call.
+    pub webhook_share: f64,
+    /// Deduplicate webhook deliveries by (object id, event type) as well as by event id.
+    pub webhook_dedup_by_object: bool,
+    /// Mean simulated seconds between random worker crashes during chaos; 0 turns them off.
+    pub crash_interval_s_mean: f64,
+    /// How long a crashed worker stays down.
+    pub restart_delay_ms: u64,
+    /// Probability that a worker crashes at a given crash point (before a call, after a call before its outcome is
+    /// recorded, between a plan and its first write, while planning, during webhook intake).
+    pub crash_point_p: f64,
+    /// Mean simulated seconds between network cuts between one worker and the fakes; 0 turns them off.
+    pub cut_interval_s_mean: f64,
+    pub cut_ms: u64,
+    /// Mean simulated seconds between pauses of a worker (a long GC, a stalled VM) longer than its lease; 0: none.
+    pub stall_interval_s_mean: f64,
+    pub stall_ms: u64,
+    /// Share of runs dispatched to two workers at once (both drive it; leases must keep one execution per key).
+    pub double_dispatch_share: f64,
+    /// Share of succeeded runs replayed with edited inputs.
+    pub replay_share: f64,
+    /// Share of paused runs a person resolves (after `person_delay_ms`), looking at the external system.
+    pub person_share: f64,
+    pub person_delay_ms: u64,
+    /// The engine's lease on a key.
+    pub lease_ms: u64,
+    /// The bound on the heal phase: every run must be finished or paused by then (I8).
+    pub heal_s_max: u64,
+}
+
+impl Default for WorldKnobs {
+    fn default() -> Self {
+        WorldKnobs {
+            workers: 3,
+            runs_in_flight_max: 1_000,
+            run_rate_per_s: 200.0,
+            webhook_share: 0.2,
+            webhook_dedup_by_object: true,
+            crash_interval_s_mean: 0.0,
+            restart_delay_ms: 2_000,
+            crash_point_p: 0.0,
+            cut_interval_s_mean: 0.0,
+            cut_ms: 5_000,
+            stall_interval_s_mean: 0.0,
+            stall_ms: 60_000,
+            double_dispatch_share: 0.0,
+            replay_share: 0.0,
+            person_share: 0.0,
+            person_delay_ms: 600_000,
+            lease_ms: 45_000,
+            heal_s_max: 5 * 86_400,
+        }
+    }
+}
+
+/// A resolved profile: every knob has a value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub world: WorldKnobs,
+    /// Workflow name → weight in the traffic mix.
+    pub mix: BTreeMap<String, f64>,
+    /// Connector name → its fault profile.
+    pub connectors: BTreeMap<String, FaultProfile>,
+}
+
+/// How an open knob is drawn: uniformly from `[low, high]`, with probability `zero_p` of being exactly zero (so
+/// swarm testing also explores runs where a fault is entirely absent).
+#[derive(Debug, Clone, Copy)]
+pub struct KnobRange {
+    pub path: &'static str,
+    pub low: f64,
+    pub high: f64,
+    pub zero_p: f64,
+    pub integer: bool,
+}
+
+const fn p(path: &'static str, high: f64) -> KnobRange {
+    KnobRange { path, low: 0.0, high, zero_p: 0.3, integer: false }
+}
+
+const fn ms(path: &'static str, low: f64, high: f64) -> KnobRange {
+    KnobRange { path, low, high, zero_p: 0.0, integer: true }
+}
+
+/// The open knobs the seed draws, with their ranges. `*` stands for every connector of the profile.
+pub const KNOB_RANGES: &[KnobRange] = &[
+    p("connectors.*.reset_before_send_p", 0.02),
+    p("connectors.*.rate_limit_p", 0.02),
+    p("connectors.*.fail_before_commit_p", 0.02),
+    p("connectors.*.timeout_after_commit_p", 0.02),
+    p("connectors.*.error_after_commit_p", 0.01),
+    p("connectors.*.webhooks.duplicate_p", 0.2),
+    p("connectors.*.webhooks.receiver_failure_p", 0.05),
+    p("connectors.*.webhooks.twin_event_p", 0.05),
+    ms("connectors.*.webhooks.reorder_ms_max", 0.0, 10_000.0),
+    KnobRange { path: "world.crash_interval_s_mean", low: 30.0, high: 600.0, zero_p: 0.2, integer: false },
+    p("world.crash_point_p", 0.002),
+    KnobRange { path: "world.cut_interval_s_mean", low: 60.0, high: 1_200.0, zero_p: 0.3, integer: false },
+    ms("world.cut_ms", 500.0, 20_000.0),
+];
+
+/// A profile as written: any subset of the knobs.
+pub type ProfileSpec = toml::Table;
+
+/// Why a profile cannot be used. The message names the knob.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Fills the open knobs of `spec` from `seed` (see [`KNOB_RANGES`]) over `base`, then applies `spec`.
+/// `base` supplies the connectors and the mix a scenario starts from.
+pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Result<Profile, Error> {
+    let mut value = toml::Value::try_from(base).map_err(|e| Error(format!("cannot encode the base profile: {e}")))?;
+    if swarm {
+        let mut rng = Rng::new(seed).fork_named("profile");
+        let connectors: Vec<String> = base.connectors.keys().cloned().collect();
+        for range in KNOB_RANGES {
+            let paths: Vec<String> = if range.path.contains('*') {
+                connectors.iter().map(|c| range.path.replace('*', c)).collect()
+            } else {
+                vec![range.path.to_owned()]
+            };
+            for path in paths {
+                // Draw even when the spec sets the knob, so one knob set by hand leaves every other draw unchanged.
+                let drawn = draw(range, &mut rng);
+                if !spec_sets(spec, &path) {
+                    set_path(&mut value, &path, drawn)?;
+                }
+            }
+        }
+    }
+    merge(&mut value, &toml::Value::Table(spec.clone()), "")?;
+    let profile: Profile = value.try_into().map_err(|e: toml::de::Error| Error(format!("bad profile: {}", e.message())))?;
+    for (name, fault) in &profile.connectors {
+        fault.validate().map_err(|e| Error(format!("connectors.{name}: {e}")))?;
+    }
+    validate_world(&profile)?;
+    Ok(profile)
+}
+
+fn validate_world(profile: &Profile) -> Result<(), Error> {
+    let w = &profile.world;
+    let shares = [
+        ("world.webhook_share", w.webhook_share),
+        ("world.crash_point_p", w.crash_point_p),
+        ("world.double_dispatch_share", w.double_dispatch_share),
+        ("world.replay_share", w.replay_share),
+        ("world.person_share", w.person_share),
+    ];
+    for (name, v) in shares {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(Error(format!("{name} = {v} is not a probability in 0..=1")));
+        }
+    }
+    if w.workers == 0 || w.workers > 64 {
+        return Err(Error(format!("world.workers = {} must be between 1 and 64", w.workers)));
+    }
+    if w.runs_in_flight_max == 0 {
+        return Err(Error("world.runs_in_flight_max must be at least 1".into()));
+    }
+    if !(w.run_rate_per_s > 0.0 && w.run_rate_per_s.is_finite()) {
+        return Err(Error(format!("world.run_rate_per_s = {} must be a positive number", w.run_rate_per_s)));
+    }
+    if profile.mix.is_empty() || profile.mix.values().any(|v| !(*v >= 0.0 && v.is_finite())) || profile.mix.values().sum::<f64>() <= 0.0 {
+        return Err(Error("mix must give at least one workflow a positive weight".into()));
+    }
+    Ok(())
+}
+
+fn draw(range: &KnobRange, rng: &mut Rng) -> toml::Value {
+    let zero = rng.chance(range.zero_p);
+    let u = rng.unit_f64();
+    let x = if zero { 0.0 } else { range.low + (range.high - range.low) * u };
+    if range.integer { toml::Value::Integer(x.round() as i64) } else { toml::Value::Float((x * 1e6).round() / 1e6) }
+}
+
+fn spec_sets(spec: &ProfileSpec, path: &str) -> bool {
+    let mut table = spec;
+    let parts: Vec<&str> = path.split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        match table.get(*part) {
+            None => return false,
+            Some(toml::Value::Table(t)) if i + 1 < parts.len() => table = t,
+            Some(_) => return i + 1 == parts.len(),
+        }
+    }
+    false
+}
+
+fn set_path(value: &mut toml::Value, path: &str, new: toml::Value) -> Result<(), Error> {
+    let mut current = value;
+    let parts: Vec<&str> = path.split('.').collect();
+    for part in &parts[..parts.len() - 1] {
+        current = current
+            .as_table_mut()
+            .and_then(|t| t.get_mut(*part))
+            .ok_or_else(|| Error(format!("knob {path}: no table {part}")))?;
+    }
+    let table = current.as_table_mut().ok_or_else(|| Error(format!("knob {path}: not a table")))?;
+    table.insert(parts[parts.len() - 1].to_owned(), new);
+    Ok(())
+}
+
+fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Error> {
+    match (into, from) {
+        (toml::Value::Table(into), toml::Value::Table(from)) => {
+            for (k, v) in from {
+                let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                match into.get_mut(k) {
+                    Some(existing) if existing.is_table() && v.is_table() => merge(existing, v, &path)?,
+                    Some(existing) => {
+                        // Integers are accepted where floats are expected (`rate = 1`).
+                        *existing = match (&*existing, v) {
+                            (toml::Value::Float(_), toml::Value::Integer(i)) => toml::Value::Float(*i as f64),
+                            _ => v.clone(),
+                        }
+                    }
+                    None if at == "connectors" || at == "mix" => {
+                        into.insert(k.clone(), v.clone());
+                    }
+                    None => return Err(Error(format!("unknown knob {path}"))),
+                }
+            }
+            Ok(())
+        }
+        _ => Err(Error(format!("{at} must be a table"))),
+    }
+}
+
+/// The resolved profile as a flat map `path → value`, for printing and for the results.
+pub fn knobs(profile: &Profile) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    let value = serde_json::to_value(profile).unwrap_or(serde_json::Value::Null);
+    flatten(&value, String::new(), &mut out);
+    out
+}
+
+fn flatten(value: &serde_json::Value, prefix: String, out: &mut BTreeMap<String, serde_json::Value>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(v, path, out);
+            }
+        }
+        other => {
+            out.insert(prefix, other.clone());
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The world's built-in workflows, their triggers, the fake planner, and the fakes the workers share.
+//!
+//! Step ids are unique across workflows, because the checker keys "this step records a plan first" (I7) by step id.
+
+use crate::checker::ActionInfo;
+use crate::profile::Profile;
+use connectors_fake::FakeKind;
+use connectors_fake::profile::{FaultProfile, WebhookProfile};
+use connectors_fake::rng::Rng;
+use connectors_fake::server::Fake;
+use connectors_fake::truth::EffectSink;
+use engine::clock::Clock;
+use engine::connector::{BoxFuture, Connector, GuaranteeClass};
+use engine::executor::{PlannedAction, Planner, Policy};
+use engine::ledger::Ledger;
+use engine::workflow::Workflow;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The planner agent steps name.
+pub const PLANNER: &str = "support-agent";
+
+/// The built-in workflows, as a user would write them (TOML, the engine's workflow format).
+pub const WORKFLOWS: &[(&str, &str)] = &[
+    (
+        "signup",
+        r#"
+name = "signup"
+description = "A new customer: a keyed create with a lookup, a lookup-before-create contact, an at-most-once email."
+[[steps]]
+id = "customer"
+action = "payments.create_customer"
+inputs = { email = "{{trigger.email}}", name = "{{trigger.name}}", requested_at = "{{trigger.requested_at}}" }
+volatile = ["requested_at"]
+[[steps]]
+id = "contact"
+action = "contacts.create_contact"
+inputs = { email = "{{trigger.email}}", customer = "{{steps.customer.output.id}}" }
+[[steps]]
+id = "welcome"
+action = "email.send_email"
+inputs = { to = "{{trigger.email}}", template = "welcome", customer = "{{steps.customer.output.id}}" }
+"#,
+    ),
+    (
+        "checkout",
+        r#"
+name = "checkout"
+description = "A charge (keyed, no lookup), a ledger entry on an API that confirms before it is visible, a receipt."
+[[steps]]
+id = "charge"
+action = "payments.charge"
+inputs = { amount = "{{trigger.amount}}", currency = "usd", customer = "{{trigger.email}}" }
+[[steps]]
+id = "entry"
+action = "ledgerly.record_entry"
+inputs = { amount = "{{trigger.amount}}", reference = "{{steps.charge.output.id}}" }
+[[steps]]
+id = "receipt"
+action = "email.send_email"
+inputs = { to = "{{trigger.email}}", template = "receipt", charge = "{{steps.charge.output.id}}" }
+"#,
+    ),
+    (
+        "payout",
+        r#"
+name = "payout"
+description = "A payout: at-most-once, never retried automatically."
+[[steps]]
+id = "payout"
+action = "payouts.send_payout"
+inputs = { amount = "{{trigger.amount}}", destination = "{{trigger.email}}" }
+"#,
+    ),
+    (
+        "onboard",
+        r#"
+name = "onboard"
+description = "One step with three writes: the plan is recorded before the first write."
+[[steps]]
+id = "setup"
+writes = [
+  { action = "contacts.create_contact", inputs = { email = "{{trigger.email}}" } },
+  { action = "payments.create_customer", inputs = { email = "{{trigger.email}}", name = "{{trigger.name}}" } },
+  { action = "email.send_email", inputs = { to = "{{trigger.email}}", template = "onboard" } },
+]
+"#,
+    ),
+    (
+        "assist",
+        r#"
+name = "assist"
+description = "An agent step: the model's list of actions is recorded, then each action runs with its own key."
+[[steps]]
+id = "triage"
+planner = "support-agent"
+inputs = { email = "{{trigger.email}}", ticket = "{{trigger.ticket}}" }
+"#,
+    ),
+    (
+        "canary",
+        r#"
+name = "canary"
+description = "The canary: an API that claims to honour keys and ignores them."
+[[steps]]
+id = "canary"
+action = "canary.create"
+inputs = { email = "{{trigger.email}}" }
+"#,
+    ),
+];
+
+/// Steps that must record a plan before their first write.
+pub fn plan_steps() -> BTreeSet<String> {
+    ["setup", "triage"].into_iter().map(str::to_owned).collect()
+}
+
+/// The connectors each workflow needs.
+fn connectors_of(workflow: &str) -> &'static [&'static str] {
+    match workflow {
+        "signup" => &["payments", "contacts", "email"],
+        "checkout" => &["payments", "ledgerly", "email"],
+        "payout" => &["payouts"],
+        "onboard" => &["contacts", "payments", "email"],
+        "assist" => &["contacts", "payments", "email"],
+        "canary" => &["canary"],
+        _ => &[],
+    }
+}
+
+/// The workflows a profile's connectors can run, compiled.
+pub fn compiled_for(profile: &Profile) -> Vec<Workflow> {
+    WORKFLOWS
+        .iter()
+        .filter(|(name, _)| connectors_of(name).iter().all(|c| profile.connectors.contains_key(*c)))
+        .map(|(name, text)| {
+            Workflow::from_toml(text).unwrap_or_else(|e| panic!("built-in workflow {name} is invalid: {e}"))
+        })
+        .collect()
+}
+
+/// Is `name` a built-in workflow?
+pub fn is_workflow(name: &str) -> bool {
+    WORKFLOWS.iter().any(|(n, _)| *n == name)
+}
+
+/// The writes a run of `workflow` is expected to make (for pacing the traffic to a step budget).
+pub fn expected_writes(workflow: &str) -> u64 {
+    match workflow {
+        "signup" | "checkout" | "onboard" => 3,
+        "assist" => 2,
+        _ => 1,
+    }
+}
+
+/// The trigger payload of run number `index`.
+pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Value {
+    let amount = 100 + rng.range(0, 100_000);
+    json!({
+        "email": format!("user{index}@example.com"),
+        "name": format!("User {index}"),
+        "amount": amount,
+        "ticket": format!("ticket-{}", rng.range(0, 1_000_000)),
+        "requested_at": index,
+        "workflow": workflow,
+    })
+}
+
+/// The trigger of a replay: the amount edited, the rest unchanged, so some steps replay and some run anew.
+pub fn edited_trigger(ledger: &dyn Ledger, run_id: &str) -> Value {
+    let run = ledger.get_run(run_id).ok().flatten().expect("a replayed run exists");
+    let mut trigger: Value = serde_json::from_slice(&run.trigger).expect("a stored trigger is JSON");
+    if let Some(amount) = trigger.get("amount").and_then(Value::as_u64) {
+        trigger["amount"] = json!(amount + 1);
+    }
+    trigger
+}
+
+/// The safeguards in force for a class, for the public guarantees table.
+pub fn safeguards(class: &str, policy: Policy) -> Vec<String> {
+    if policy == Policy::Naive {
+        return vec!["none (naive: fresh key per attempt, no lookup, retries everything)".into()];
+    }
+    let s: &[&str] = match class {
+        "keyed" => &["idempotency key per write", "resend with the same key inside retention", "lookup or pause past retention"],
+        "lookup-before-create" => &["lookup before create", "wait out the lag bound after an indeterminate outcome"],
+        "at-most-once" => &["never retried automatically", "pause for a person"],
+        "canary" => &["none: the API ignores the keys it accepts"],
+        _ => &[],
+    };
+    s.iter().map(|x| (*x).to_owned()).collect()
+}
+
+/// What the checker needs to know about each action of the profile's connectors.
+pub fn action_infos(profile: &Profile) -> BTreeMap<String, ActionInfo> {
+    let mut out = BTreeMap::new();
+    for (name, fault) in &profile.connectors {
+        let kind = kind_of(name);
+        let server = kind.server(name, fault.clone());
+        for spec in server.actions() {
+            let class = if kind == FakeKind::Canary { "canary".to_owned() } else { spec.class.name().to_owned() };
+            let lag_bound_ms = match spec.class {
+                GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => Some(lag_bound_ms),
+                _ => None,
+            };
+            out.insert(
+                format!("{name}.{}", spec.name),
+                ActionInfo { class, lag_bound_ms, at_most_once: spec.class == GuaranteeClass::AtMostOnce },
+            );
+        }
+    }
+    out
+}
+
+/// The fake behind a connector name (the names are the catalogue's).
+pub fn kind_of(name: &str) -> FakeKind {
+    match name {
+        "payments" => FakeKind::Payments,
+        "contacts" => FakeKind::Contacts,
+        "ledgerly" => FakeKind::Ledgerly,
+        "payouts" => FakeKind::Payouts,
+        "email" => FakeKind::Email,
+        "canary" => FakeKind::Canary,
+        other => panic!("no fake named {other:?} (validated when the profile was read)"),
+    }
+}
+
+/// The connector names a profile may use.
+pub const CONNECTOR_NAMES: &[&str] = &["payments", "contacts", "ledgerly", "payouts", "email", "canary"];
+
+/// The fakes of one world, shared by every worker.
+pub struct Fakes {
+    fakes: Vec<Arc<dyn Fake>>,
+    profiles: BTreeMap<String, FaultProfile>,
+    planner: Arc<FakePlanner>,
+}
+
+impl Fakes {
+    pub fn new(profile: &Profile, seed: u64, clock: Arc<dyn Clock>, sink: Arc<dyn EffectSink>) -> Self {
+        let root = Rng::new(seed).fork_named("fakes");
+        let fakes = profile
+            .connectors
+            .iter()
+            .map(|(name, fault)| kind_of(name).connector(name, fault.clone(), root.fork_named(name), clock.clone(), sink.clone()))
+            .collect();
+        Fakes {
+            fakes,
+            profiles: profile.connectors.clone(),
+            planner: Arc::new(FakePlanner { seed, calls: AtomicU64::new(0) }),
+        }
+    }
+
+    /// The connectors a worker registers (shared: the API's state outlives any worker).
+    pub fn connectors(&self) -> Vec<Arc<dyn Connector>> {
+        self.fakes.iter().map(|f| f.clone() as Arc<dyn Connector>).collect()
+    }
+
+    pub fn planner(&self) -> Arc<dyn Planner> {
+        self.planner.clone()
+    }
+
+    pub fn forget_run(&self, run_id: &str) {
+        for fake in &self.fakes {
+            fake.forget_run(run_id);
+        }
+    }
+
+    /// Faults off (latency and ordinary read-after-write lag stay: they are how the API works, not faults).
+    pub fn heal(&self) {
+        for fake in &self.fakes {
+            fake.heal();
+        }
+    }
+
+    pub fn webhook_profile(&self, source: &str) -> WebhookProfile {
+        self.profiles.get(source).map(|p| p.webhooks.clone()).unwrap_or_default()
+    }
+}
+
+/// A deterministic stand-in for a model: proposes one to three writes, and may answer differently each time it is
+/// asked (the engine must record the first plan and never ask again once it is recorded).
+pub struct FakePlanner {
+    seed: u64,
+    calls: AtomicU64,
+}
+
+impl Planner for FakePlanner {
+    fn plan<'a>(&'a self, run_id: &'a str, _step_id: &'a str, inputs: &'a Value) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
+        Box::pin(async move {
+            let call = self.calls.fetch_add(1, Ordering::Relaxed);
+            let mut rng = Rng::new(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15)).fork_named(run_id);
+            // Thinking takes a while; a crash during it loses nothing.
+            tokio::time::sleep(Duration::from_millis(200 + rng.range(0, 2_000))).await;
+            let email = inputs.get("email").cloned().unwrap_or(Value::Null);
+            let mut actions = vec![PlannedAction {
+                action: "contacts.create_contact".into(),
+                inputs: json!({ "email": email, "note": format!("triaged (draft {})", rng.range(0, 3)) }),
+            }];
+            if rng.chance(0.5) {
+                actions.push(PlannedAction {
+                    action: "email.send_email".into(),
+                    inputs: json!({ "to": email, "template": "support-reply" }),
+                });
+            }
+            if rng.chance(0.3) {
+                actions.push(PlannedAction {
+                    action: "payments.create_customer".into(),
+                    inputs: json!({ "email": email, "name": "from support" }),
+                });
+            }
+            Ok(actions)
+        })
+    }
+}

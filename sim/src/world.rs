@@ -1,0 +1,999 @@
+//! The simulated world: worker nodes running the real engine inside madsim, the fakes (whose state lives outside
+//! every worker, so killing a worker mid-call never un-commits a write the fake already made), a traffic generator,
+//! webhook senders, chaos (crashes, crash points, network cuts, stalls), then a heal phase.
+//!
+//! Everything is a function of the seed: the madsim runtime is seeded with it, and every random draw of the world,
+//! the fakes and the planner comes from a [`Rng`] forked from it by name. Time is madsim's virtual clock.
+
+use crate::checker::{ActionInfo, Checker, EffectSeen};
+use crate::profile::Profile;
+use crate::results::{ActionStats, Results};
+use crate::trace::{Field, Trace};
+use crate::workflows;
+use connectors_fake::rng::Rng;
+use connectors_fake::truth::{Effect, EffectSink};
+use connectors_fake::webhooks::WebhookEvent;
+use engine::clock::{Clock, RuntimeClock};
+use engine::connector::{BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::event::{CrashPoint, Event, Observer};
+use engine::executor::{Engine, EngineConfig, Policy};
+use engine::key::Key;
+use engine::ledger::{Intake, Ledger, Resolution, RunStatus};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The simulated wall-clock time the world starts at (2026-01-01T00:00:00Z): fixed, so stored times and the trace do
+/// not depend on madsim's randomly chosen start date.
+pub const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// Which ledger the workers share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerKind {
+    Memory,
+    /// SQLite `:memory:` (the same code as on disk, without the disk).
+    Sqlite,
+}
+
+impl LedgerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerKind::Memory => "memory",
+            LedgerKind::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// Everything one simulation needs.
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    pub scenario: String,
+    pub seed: u64,
+    pub policy: Policy,
+    pub ledger: LedgerKind,
+    /// Steps (writes) to start before the chaos phase ends.
+    pub steps: u64,
+    pub profile: Profile,
+    /// Keep the readable trace around the first violation.
+    pub keep_trace: bool,
+    /// The command that reproduces this run, stored in the results.
+    pub repro: String,
+}
+
+/// Progress counters readable from outside the simulation (the progress bar).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub steps_started: AtomicU64,
+    pub runs_finished: AtomicU64,
+    pub done: AtomicBool,
+}
+
+/// What a simulation produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub results: Results,
+    pub trace_text: Option<String>,
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// The monitor: the checker and the trace behind one lock, fed by every worker's observer and by the fakes.
+
+struct MonitorState {
+    checker: Checker,
+    trace: Trace,
+    crash_rng: Rng,
+    crash_point_p: f64,
+    chaos: bool,
+    extra_lookup_ms_total: u64,
+}
+
+struct Monitor {
+    state: Mutex<MonitorState>,
+    clock: RuntimeClock,
+}
+
+impl Monitor {
+    fn lock(&self) -> std::sync::MutexGuard<'_, MonitorState> {
+        self.state.lock().expect("the monitor lock is never poisoned: a panic ends the simulation")
+    }
+
+    fn world_event(&self, tag: &str, fields: &[Field<'_>]) {
+        let now = self.clock.now_ms();
+        self.lock().trace.record(now, tag, fields);
+    }
+}
+
+impl MonitorState {
+    fn note_violation(&mut self) {
+        if let Some(v) = self.checker.new_violation.take() {
+            self.trace.violation(&v);
+        }
+    }
+}
+
+impl EffectSink for Monitor {
+    fn effect(&self, effect: Effect) {
+        let mut state = self.lock();
+        state.trace.record(
+            effect.committed_ms,
+            "effect",
+            &[
+                Field::Str(&effect.run_id),
+                Field::Str(&effect.action),
+                Field::Bytes(&effect.key.0),
+                Field::Str(&effect.object_id),
+                Field::U64(effect.visible_ms),
+            ],
+        );
+        let action = format!("{}.{}", effect.connector, effect.action);
+        state.checker.on_effect(&EffectSeen {
+            sent_key: &effect.key,
+            run_id: &effect.run_id,
+            action: &action,
+            object_id: &effect.object_id,
+            committed_ms: effect.committed_ms,
+            visible_ms: effect.visible_ms,
+        });
+        state.note_violation();
+    }
+
+    fn webhook_event(&self, event: WebhookEvent) {
+        // Changes inside the fakes emit events too; the world's webhook traffic comes from the generator, so these
+        // are recorded in the trace only.
+        self.world_event("fake-webhook", &[Field::Str(&event.source), Field::Str(&event.event_id)]);
+    }
+}
+
+/// One worker's observer: tags events with the worker and decides crash points.
+struct WorkerObserver {
+    worker: u32,
+    world: Arc<Shared>,
+}
+
+impl Observer for WorkerObserver {
+    fn event(&self, event: &Event<'_>) {
+        let monitor = &self.world.monitor;
+        let now = monitor.clock.now_ms();
+        let mut state = monitor.lock();
+        record_event(&mut state.trace, now, self.worker, event);
+        state.checker.on_event(self.worker, now, event);
+        state.note_violation();
+        if let Event::StepSucceeded { .. } = event {
+            self.world.progress.steps_started.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
+        let crash = {
+            let mut state = self.world.monitor.lock();
+            let p = state.crash_point_p;
+            let crash = state.chaos && p > 0.0 && state.crash_rng.chance(p);
+            if crash {
+                let now = self.world.monitor.clock.now_ms();
+                state.trace.record(
+                    now,
+                    "crash-point",
+                    &[Field::U64(self.worker as u64), Field::Str(crash_point_name(point)), Field::Str(run_id), Field::Bytes(&key.0)],
+                );
+            }
+            crash
+        };
+        if crash {
+            self.world.crash_worker(self.worker);
+        }
+        crash
+    }
+}
+
+fn crash_point_name(point: CrashPoint) -> &'static str {
+    match point {
+        CrashPoint::BeforeCall => "before-call",
+        CrashPoint::AfterCallBeforeRecord => "after-call-before-record",
+        CrashPoint::AfterPlanBeforeFirstWrite => "after-plan-before-first-write",
+        CrashPoint::WhilePlanning => "while-planning",
+        CrashPoint::DuringWebhookIntake => "during-webhook-intake",
+    }
+}
+
+fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
+    let w = Field::U64(worker as u64);
+    match *event {
+        Event::RunStarted { run_id, workflow } => trace.record(now, "run-started", &[w, Field::Str(run_id), Field::Str(workflow)]),
+        Event::WebhookDuplicate { source, event_id, run_id } => {
+            trace.record(now, "webhook-duplicate", &[w, Field::Str(source), Field::Str(event_id), Field::Str(run_id)])
+        }
+        Event::WebhookRejected { source, event_id, reason } => {
+            trace.record(now, "webhook-rejected", &[w, Field::Str(source), Field::Str(event_id), Field::Str(reason)])
+        }
+        Event::Replayed { run_id, step_id, key } => {
+            trace.record(now, "replayed", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0)])
+        }
+        Event::PlanRecorded { run_id, step_id, key, writes, reused } => trace.record(
+            now,
+            "plan-recorded",
+            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::U64(writes as u64), Field::U64(reused as u64)],
+        ),
+        Event::CallStarted { run_id, step_id, key, sent_key, action, attempt } => trace.record(
+            now,
+            "call-started",
+            &[
+                w,
+                Field::Str(run_id),
+                Field::Str(step_id),
+                Field::Bytes(&key.0),
+                Field::Bytes(&sent_key.0),
+                Field::Str(action),
+                Field::U64(attempt as u64),
+            ],
+        ),
+        Event::CallEnded { run_id, step_id, key, action, attempt, outcome } => trace.record(
+            now,
+            "call-ended",
+            &[
+                w,
+                Field::Str(run_id),
+                Field::Str(step_id),
+                Field::Bytes(&key.0),
+                Field::Str(action),
+                Field::U64(attempt as u64),
+                Field::Str(outcome),
+            ],
+        ),
+        Event::Lookup { run_id, step_id, key, action, found } => trace.record(
+            now,
+            "lookup",
+            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(action), Field::U64(found as u64)],
+        ),
+        Event::StepSucceeded { run_id, step_id, key, action } => trace.record(
+            now,
+            "step-succeeded",
+            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(action)],
+        ),
+        Event::RetryScheduled { run_id, step_id, key, attempt, delay_ms } => trace.record(
+            now,
+            "retry-scheduled",
+            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::U64(attempt as u64), Field::U64(delay_ms)],
+        ),
+        Event::RunPaused { run_id, step_id, key, reason } => {
+            trace.record(now, "run-paused", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(reason)])
+        }
+        Event::RunResolved { run_id, key, resolution } => {
+            trace.record(now, "run-resolved", &[w, Field::Str(run_id), Field::Bytes(&key.0), Field::Str(resolution)])
+        }
+        Event::RunSucceeded { run_id } => trace.record(now, "run-succeeded", &[w, Field::Str(run_id)]),
+        Event::RunFailed { run_id, reason } => trace.record(now, "run-failed", &[w, Field::Str(run_id), Field::Str(reason)]),
+        #[allow(unreachable_patterns, reason = "new engine events are hashed by their debug form until listed here")]
+        ref other => trace.record(now, "event", &[w, Field::Str(&format!("{other:?}"))]),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Network cuts and lookup accounting: a thin wrapper between a worker's engine and a fake.
+
+/// A fake as one worker sees it: through a network that can be cut.
+struct WorkerLink {
+    inner: Arc<dyn Connector>,
+    worker: u32,
+    world: Arc<Shared>,
+}
+
+impl WorkerLink {
+    fn cut(&self) -> bool {
+        let now = self.world.monitor.clock.now_ms();
+        self.world.cut_until_ms.lock().expect("cut lock")[self.worker as usize] > now
+    }
+}
+
+impl Connector for WorkerLink {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn actions(&self) -> &[engine::connector::ActionSpec] {
+        self.inner.actions()
+    }
+
+    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            if self.cut() {
+                // The connection could not be opened: nothing was sent.
+                return Outcome::NotApplied(engine::connector::NotApplied {
+                    error: "connection refused (network cut)".into(),
+                    retryable: true,
+                    retry_after_ms: None,
+                });
+            }
+            let outcome = self.inner.call(request).await;
+            if self.cut() {
+                // The request went out; the cut swallowed the answer.
+                return Outcome::Indeterminate("connection reset after send (network cut)".into());
+            }
+            outcome
+        })
+    }
+
+    fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
+        Box::pin(async move {
+            if self.cut() {
+                return LookupOutcome::Failed("connection refused (network cut)".into());
+            }
+            let start = self.world.monitor.clock.now_ms();
+            let found = self.inner.lookup(request).await;
+            let spent = self.world.monitor.clock.now_ms() - start;
+            self.world.monitor.lock().extra_lookup_ms_total += spent;
+            if self.cut() {
+                return LookupOutcome::Failed("connection reset (network cut)".into());
+            }
+            found
+        })
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// The shared world.
+
+/// A run being driven by one worker incarnation.
+type Driver = (u32, u32);
+
+struct Shared {
+    config: WorldConfig,
+    ledger: Arc<dyn Ledger>,
+    monitor: Arc<Monitor>,
+    fakes: workflows::Fakes,
+    progress: Arc<Progress>,
+    /// Run ids waiting for each worker.
+    mailboxes: Vec<Mutex<VecDeque<String>>>,
+    wakeups: Vec<tokio::sync::Notify>,
+    /// Node ids of the workers, and each worker's incarnation (bumped on every crash).
+    nodes: Mutex<Vec<Option<madsim::runtime::NodeHandle>>>,
+    incarnations: Mutex<Vec<u32>>,
+    down: Mutex<Vec<bool>>,
+    cut_until_ms: Mutex<Vec<u64>>,
+    /// Live drivers of each run; a run is finished only when its last live driver ends.
+    drivers: Mutex<BTreeMap<String, Vec<Driver>>>,
+    /// Runs started and not yet finished, and webhook changes whose deliveries are not all done.
+    runs_in_flight: AtomicU64,
+    changes_in_flight: AtomicU64,
+    room: tokio::sync::Notify,
+    healed: AtomicBool,
+    /// A run id → did a person already look at it (so each paused run is resolved at most once).
+    person_seen: Mutex<BTreeSet<String>>,
+    engine_errors: Mutex<Vec<String>>,
+    /// The node that performs restarts and other supervisor work.
+    supervisor: Mutex<Option<madsim::runtime::NodeHandle>>,
+    webhook_starts: Mutex<BTreeMap<String, ChangeDeliveries>>,
+}
+
+/// I6 bookkeeping for one change: its event ids and how many runs their deliveries started.
+#[derive(Debug, Default)]
+struct ChangeDeliveries {
+    deliveries_left: u32,
+    started: BTreeMap<String, u32>,
+}
+
+impl Shared {
+    fn assigned_worker(&self, run_id: &str) -> u32 {
+        (blake3::hash(run_id.as_bytes()).as_bytes()[0] as u32) % self.config.profile.world.workers
+    }
+
+    fn dispatch(&self, run_id: &str, worker: u32) {
+        self.mailboxes[worker as usize].lock().expect("mailbox").push_back(run_id.to_owned());
+        self.wakeups[worker as usize].notify_one();
+    }
+
+    /// Kills a worker now and restarts it after the restart delay (crash points and random crashes).
+    fn crash_worker(self: &Arc<Self>, worker: u32) {
+        {
+            let mut down = self.down.lock().expect("down");
+            if down[worker as usize] {
+                return;
+            }
+            down[worker as usize] = true;
+        }
+        self.incarnations.lock().expect("incarnations")[worker as usize] += 1;
+        self.monitor.lock().checker.worker_killed(worker);
+        self.monitor.world_event("worker-killed", &[Field::U64(worker as u64)]);
+        let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        if let Some(id) = node {
+            madsim::runtime::Handle::current().kill(id);
+        }
+        let world = self.clone();
+        let delay = self.config.profile.world.restart_delay_ms;
+        let supervisor = self.supervisor.lock().expect("supervisor").clone();
+        if let Some(supervisor) = supervisor {
+            supervisor.spawn(async move {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                world.restart_worker(worker);
+            });
+        }
+    }
+
+    fn restart_worker(self: &Arc<Self>, worker: u32) {
+        {
+            let mut down = self.down.lock().expect("down");
+            if !down[worker as usize] {
+                return;
+            }
+            down[worker as usize] = false;
+        }
+        self.monitor.world_event("worker-restarted", &[Field::U64(worker as u64)]);
+        let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        if let Some(id) = node {
+            madsim::runtime::Handle::current().restart(id);
+        }
+    }
+
+    fn engine_for(self: &Arc<Self>, worker: u32, incarnation: u32) -> Engine {
+        let world = &self.config.profile.world;
+        let mut config = EngineConfig::new(format!("worker-{worker}.{incarnation}"));
+        config.policy = self.config.policy;
+        config.seed = self.config.seed;
+        config.lease_ms = world.lease_ms;
+        let observer: Arc<dyn Observer> = Arc::new(WorkerObserver { worker, world: self.clone() });
+        let clock: Arc<dyn Clock> = Arc::new(self.monitor.clock);
+        let mut engine = Engine::new(config, self.ledger.clone(), clock, observer);
+        for connector in self.fakes.connectors() {
+            engine.register_connector(Arc::new(WorkerLink { inner: connector, worker, world: self.clone() }));
+        }
+        engine.register_planner(workflows::PLANNER, self.fakes.planner());
+        for workflow in workflows::compiled_for(&self.config.profile) {
+            engine.register_workflow(workflow).unwrap_or_else(|e| panic!("a built-in workflow is invalid: {e}"));
+        }
+        engine
+    }
+
+    /// A drive of `run_id` by this worker incarnation ended with `status`.
+    async fn driver_ended(self: &Arc<Self>, engine: &Engine, me: Driver, run_id: &str, status: RunStatus) {
+        let mut status = status;
+        // A person looks at some paused runs after a while and resolves them from the external system's truth.
+        if status == RunStatus::Paused && self.person_resolves(run_id) {
+            tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
+            let resolution = self.person_decision(run_id);
+            match engine.resolve(run_id, resolution, "person").await {
+                Ok(s) => status = s,
+                Err(e) => self.engine_error(format!("resolve {run_id}: {e}")),
+            }
+        }
+        if status == RunStatus::Succeeded && self.replays(run_id) {
+            let edited = workflows::edited_trigger(self.ledger.as_ref(), run_id);
+            match engine.replay(run_id, &edited).await {
+                Ok(s) => status = s,
+                Err(e) => self.engine_error(format!("replay {run_id}: {e}")),
+            }
+        }
+        let last = {
+            let incarnations = self.incarnations.lock().expect("incarnations");
+            let mut drivers = self.drivers.lock().expect("drivers");
+            let entry = drivers.entry(run_id.to_owned()).or_default();
+            entry.retain(|d| *d != me && incarnations[d.0 as usize] == d.1);
+            let last = entry.is_empty();
+            if last {
+                drivers.remove(run_id);
+            }
+            last
+        };
+        if last {
+            self.finish_run(run_id, status);
+        }
+    }
+
+    fn person_resolves(&self, run_id: &str) -> bool {
+        let share = self.config.profile.world.person_share;
+        share > 0.0
+            && self.person_seen.lock().expect("person").insert(run_id.to_owned())
+            && unit(self.config.seed, "person", run_id) < share
+    }
+
+    /// What a careful person decides: if the external system shows the effect, mark the step done with it;
+    /// otherwise send it again.
+    fn person_decision(&self, run_id: &str) -> Resolution {
+        match self.monitor.lock().checker.paused_effect(run_id) {
+            Some(object_id) => Resolution::MarkDone { output: serde_json::json!({ "id": object_id }) },
+            None => Resolution::Retry,
+        }
+    }
+
+    fn replays(&self, run_id: &str) -> bool {
+        let share = self.config.profile.world.replay_share;
+        share > 0.0 && !run_id.contains("-replayed") && unit(self.config.seed, "replay", run_id) < share
+    }
+
+    fn engine_error(&self, message: String) {
+        self.monitor.world_event("engine-error", &[Field::Str(&message)]);
+        self.engine_errors.lock().expect("errors").push(message);
+    }
+
+    fn finish_run(&self, run_id: &str, status: RunStatus) {
+        {
+            let mut state = self.monitor.lock();
+            state.trace.record(self.monitor.clock.now_ms(), "run-finished", &[Field::Str(run_id), Field::Str(status.as_str())]);
+            state.checker.run_finished(run_id, status, self.ledger.as_ref());
+            state.note_violation();
+        }
+        if let Err(e) = self.ledger.forget_run(run_id) {
+            self.engine_error(format!("forget {run_id}: {e}"));
+        }
+        self.fakes.forget_run(run_id);
+        self.progress.runs_finished.fetch_add(1, Ordering::Relaxed);
+        self.runs_in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.room.notify_one();
+    }
+}
+
+/// A deterministic uniform number in `[0, 1)` for a named decision about a run.
+fn unit(seed: u64, what: &str, run_id: &str) -> f64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&seed.to_le_bytes());
+    hasher.update(what.as_bytes());
+    hasher.update(run_id.as_bytes());
+    let bytes = hasher.finalize();
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&bytes.as_bytes()[..8]);
+    (u64::from_le_bytes(n) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Workers.
+
+async fn worker_main(world: Arc<Shared>, worker: u32) {
+    let incarnation = world.incarnations.lock().expect("incarnations")[worker as usize];
+    let me: Driver = (worker, incarnation);
+    let engine = Arc::new(world.engine_for(worker, incarnation));
+    // A restarted worker resumes every unfinished run assigned to it.
+    let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
+    for run_id in unfinished {
+        if world.assigned_worker(&run_id) == worker {
+            start_drive(&world, &engine, me, run_id);
+        }
+    }
+    loop {
+        let next = world.mailboxes[worker as usize].lock().expect("mailbox").pop_front();
+        match next {
+            Some(run_id) => start_drive(&world, &engine, me, run_id),
+            None => world.wakeups[worker as usize].notified().await,
+        }
+    }
+}
+
+fn start_drive(world: &Arc<Shared>, engine: &Arc<Engine>, me: Driver, run_id: String) {
+    // Finished runs are forgotten; a late mailbox message for one is dropped here. This check and the registration
+    // below happen without an await between them, so no finish can slip in.
+    match world.ledger.get_run(&run_id) {
+        Ok(Some(run)) if !run.status.is_terminal() && run.status != RunStatus::Paused => {}
+        Ok(_) => return,
+        Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
+    }
+    {
+        let mut drivers = world.drivers.lock().expect("drivers");
+        let entry = drivers.entry(run_id.clone()).or_default();
+        if entry.contains(&me) {
+            return;
+        }
+        entry.push(me);
+    }
+    let world = world.clone();
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        let status = match engine.drive(&run_id).await {
+            Ok(status) => status,
+            Err(e) => {
+                world.engine_error(format!("drive {run_id}: {e}"));
+                RunStatus::Failed
+            }
+        };
+        world.driver_ended(&engine, me, &run_id, status).await;
+    });
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Traffic.
+
+async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
+    let config = &world.config;
+    let knobs = &config.profile.world;
+    let mut rng = Rng::new(config.seed).fork_named("traffic");
+    let mix: Vec<(String, f64)> = config.profile.mix.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let total: f64 = mix.iter().map(|(_, w)| w).sum();
+    let in_flight_max = knobs.runs_in_flight_max as u64;
+    let mut planned: u64 = 0;
+    let mut index: u64 = 0;
+    while planned < config.steps {
+        while world.runs_in_flight.load(Ordering::Relaxed) + world.changes_in_flight.load(Ordering::Relaxed)
+            >= in_flight_max
+        {
+            world.room.notified().await;
+        }
+        let gap_ms = rng.exponential(1000.0 / knobs.run_rate_per_s);
+        if gap_ms >= 1.0 {
+            tokio::time::sleep(Duration::from_millis(gap_ms as u64)).await;
+        }
+        let mut pick = rng.unit_f64() * total;
+        let mut workflow = mix[mix.len() - 1].0.as_str();
+        for (name, weight) in &mix {
+            if pick < *weight {
+                workflow = name;
+                break;
+            }
+            pick -= weight;
+        }
+        let trigger = workflows::trigger(workflow, index, &mut rng);
+        planned += workflows::expected_writes(workflow);
+        world.progress.steps_started.store(planned, Ordering::Relaxed);
+        if rng.chance(knobs.webhook_share) {
+            start_change(&world, &api, workflow, index, trigger, &mut rng);
+        } else {
+            let run_id = format!("run-{index}");
+            match api.create_run(workflow, &run_id, &trigger) {
+                Ok(true) => {}
+                Ok(false) => panic!("run id {run_id} was minted twice"),
+                Err(e) => panic!("the engine refused a generated run {run_id}: {e}"),
+            }
+            world.runs_in_flight.fetch_add(1, Ordering::Relaxed);
+            let worker = world.assigned_worker(&run_id);
+            world.dispatch(&run_id, worker);
+            if knobs.workers > 1 && rng.chance(knobs.double_dispatch_share) {
+                world.dispatch(&run_id, (worker + 1) % knobs.workers);
+            }
+        }
+        index += 1;
+    }
+}
+
+/// The webhook source every generated change comes from.
+pub const WEBHOOK_SOURCE: &str = "payments";
+const WEBHOOK_SECRET: &[u8] = b"whsec_flowsim";
+
+fn webhook_source(world: &Shared, workflow: &str) -> engine::webhook::Source {
+    engine::webhook::Source {
+        name: WEBHOOK_SOURCE.to_owned(),
+        secret: Some(WEBHOOK_SECRET.to_vec()),
+        tolerance_ms: 300_000,
+        dedup_by_object: world.config.profile.world.webhook_dedup_by_object,
+        workflow: workflow.to_owned(),
+    }
+}
+
+fn start_change(world: &Arc<Shared>, api: &Arc<Engine>, workflow: &str, index: u64, trigger: serde_json::Value, rng: &mut Rng) {
+    let event = WebhookEvent {
+        source: WEBHOOK_SOURCE.to_owned(),
+        event_id: format!("evt_{index}"),
+        object_id: format!("obj_{index}"),
+        event_type: "customer.updated".to_owned(),
+        payload: trigger,
+    };
+    let profile = world.fakes.webhook_profile(WEBHOOK_SOURCE);
+    let mut schedule = connectors_fake::webhooks::delivery_schedule(&event, &profile, rng);
+    // Now and then a forger sends a delivery with a bad signature: it must be refused and start nothing.
+    let forged = rng.chance(0.01);
+    if forged {
+        schedule.push(connectors_fake::webhooks::Delivery {
+            offset_ms: rng.range(0, 5_000),
+            event_id: format!("evt_{index}_forged"),
+            attempt: 1,
+            receiver_fails: false,
+            duplicate: false,
+        });
+    }
+    world.changes_in_flight.fetch_add(1, Ordering::Relaxed);
+    world
+        .webhook_starts
+        .lock()
+        .expect("webhook starts")
+        .insert(event.object_id.clone(), ChangeDeliveries { deliveries_left: schedule.len() as u32, started: BTreeMap::new() });
+    let supervisor = world.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
+    for delivery in schedule {
+        let world = world.clone();
+        let api = api.clone();
+        let event = event.clone();
+        let workflow = workflow.to_owned();
+        supervisor.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delivery.offset_ms)).await;
+            deliver(&world, &api, &workflow, &event, &delivery);
+        });
+    }
+}
+
+fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
+    let now = world.monitor.clock.now_ms();
+    let forged = delivery.event_id.ends_with("_forged");
+    let mut started = None;
+    let reached = !delivery.receiver_fails || world.healed.load(Ordering::Relaxed);
+    if reached {
+        let body = serde_json::to_vec(&event.payload).expect("a JSON value serialises");
+        let secret: &[u8] = if forged { b"not-the-secret" } else { WEBHOOK_SECRET };
+        let incoming = engine::webhook::Incoming {
+            event_id: delivery.event_id.clone(),
+            signature: Some(engine::webhook::sign(secret, now, &body)),
+            body,
+            timestamp_ms: now,
+            object_id: Some(event.object_id.clone()),
+            event_type: Some(event.event_type.clone()),
+        };
+        world.monitor.world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
+        match api.intake_webhook(&webhook_source(world, workflow), &incoming) {
+            Ok(Intake::Started { run_id }) => {
+                if forged {
+                    world.violation("I6", format!("forged delivery {} started run {run_id}", delivery.event_id));
+                }
+                world.runs_in_flight.fetch_add(1, Ordering::Relaxed);
+                let worker = world.assigned_worker(&run_id);
+                world.dispatch(&run_id, worker);
+                started = Some(run_id);
+            }
+            Ok(Intake::Duplicate { .. }) => {}
+            Err(e) if forged && e.is_rejection() => {}
+            Err(e) => world.violation("I6", format!("delivery {} of a genuine event was refused: {e}", delivery.event_id)),
+        }
+    }
+    let done = {
+        let mut starts = world.webhook_starts.lock().expect("webhook starts");
+        let change = starts.get_mut(&event.object_id).expect("a change outlives its deliveries");
+        if started.is_some() && !forged {
+            *change.started.entry(delivery.event_id.clone()).or_default() += 1;
+        } else if reached && !forged {
+            change.started.entry(delivery.event_id.clone()).or_default();
+        }
+        change.deliveries_left -= 1;
+        if change.deliveries_left == 0 { starts.remove(&event.object_id) } else { None }
+    };
+    if let Some(change) = done {
+        let dedup = world.config.profile.world.webhook_dedup_by_object;
+        let total: u32 = change.started.values().sum();
+        let delivered_any = !change.started.is_empty();
+        if dedup && delivered_any && total != 1 {
+            world.violation("I6", format!("change {} started {total} runs (deduplicated by object)", event.object_id));
+        }
+        if !dedup {
+            for (event_id, count) in &change.started {
+                if *count != 1 {
+                    world.violation("I6", format!("event {event_id} started {count} runs"));
+                }
+            }
+        }
+        world.changes_in_flight.fetch_sub(1, Ordering::Relaxed);
+        world.room.notify_one();
+    }
+}
+
+impl Shared {
+    fn violation(&self, id: &'static str, description: String) {
+        let mut state = self.monitor.lock();
+        state.checker.external_violation(id, description);
+        state.note_violation();
+    }
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// Chaos and heal.
+
+async fn crash_randomly(world: Arc<Shared>) {
+    let knobs = &world.config.profile.world;
+    if knobs.crash_interval_s_mean <= 0.0 {
+        return;
+    }
+    let mut rng = Rng::new(world.config.seed).fork_named("crashes");
+    loop {
+        let gap = rng.exponential(knobs.crash_interval_s_mean * 1000.0);
+        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
+        if world.healed.load(Ordering::Relaxed) {
+            return;
+        }
+        let worker = rng.range(0, knobs.workers as u64) as u32;
+        world.crash_worker(worker);
+    }
+}
+
+async fn cut_randomly(world: Arc<Shared>) {
+    let knobs = &world.config.profile.world;
+    if knobs.cut_interval_s_mean <= 0.0 {
+        return;
+    }
+    let mut rng = Rng::new(world.config.seed).fork_named("cuts");
+    loop {
+        let gap = rng.exponential(knobs.cut_interval_s_mean * 1000.0);
+        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
+        if world.healed.load(Ordering::Relaxed) {
+            return;
+        }
+        let worker = rng.range(0, knobs.workers as u64) as usize;
+        let until = world.monitor.clock.now_ms() + knobs.cut_ms;
+        world.cut_until_ms.lock().expect("cuts")[worker] = until;
+        world.monitor.world_event("network-cut", &[Field::U64(worker as u64), Field::U64(until)]);
+    }
+}
+
+async fn stall_randomly(world: Arc<Shared>) {
+    let knobs = &world.config.profile.world;
+    if knobs.stall_interval_s_mean <= 0.0 {
+        return;
+    }
+    let mut rng = Rng::new(world.config.seed).fork_named("stalls");
+    loop {
+        let gap = rng.exponential(knobs.stall_interval_s_mean * 1000.0);
+        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
+        if world.healed.load(Ordering::Relaxed) {
+            return;
+        }
+        let worker = rng.range(0, knobs.workers as u64) as u32;
+        if world.down.lock().expect("down")[worker as usize] {
+            continue;
+        }
+        let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        let Some(id) = node else { continue };
+        world.monitor.world_event("worker-stalled", &[Field::U64(worker as u64), Field::U64(knobs.stall_ms)]);
+        madsim::runtime::Handle::current().pause(id);
+        tokio::time::sleep(Duration::from_millis(knobs.stall_ms)).await;
+        madsim::runtime::Handle::current().resume(id);
+        world.monitor.world_event("worker-resumed", &[Field::U64(worker as u64)]);
+    }
+}
+
+/// Runs one simulation to the end of its heal phase. Must be called inside a madsim runtime.
+async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
+    let handle = madsim::runtime::Handle::current();
+    let clock = RuntimeClock::new(EPOCH_MS);
+    let workers = config.profile.world.workers;
+    let ledger: Arc<dyn Ledger> = match config.ledger {
+        LedgerKind::Memory => Arc::new(engine::ledger::memory::MemoryLedger::new()),
+        LedgerKind::Sqlite => Arc::new(
+            engine::ledger::sqlite::SqliteLedger::open_in_memory()
+                .unwrap_or_else(|e| panic!("cannot open an in-memory SQLite ledger: {e}")),
+        ),
+    };
+    let actions = workflows::action_infos(&config.profile);
+    let checker = Checker::new(&actions, workflows::plan_steps(), workers + 1);
+    let monitor = Arc::new(Monitor {
+        state: Mutex::new(MonitorState {
+            checker,
+            trace: Trace::new(config.keep_trace),
+            crash_rng: Rng::new(config.seed).fork_named("crash-points"),
+            crash_point_p: config.profile.world.crash_point_p,
+            chaos: true,
+            extra_lookup_ms_total: 0,
+        }),
+        clock,
+    });
+    let sink: Arc<dyn EffectSink> = monitor.clone();
+    let fakes = workflows::Fakes::new(&config.profile, config.seed, Arc::new(clock), sink);
+    let world = Arc::new(Shared {
+        ledger: ledger.clone(),
+        monitor: monitor.clone(),
+        fakes,
+        progress: progress.clone(),
+        mailboxes: (0..workers).map(|_| Mutex::new(VecDeque::new())).collect(),
+        wakeups: (0..workers).map(|_| tokio::sync::Notify::new()).collect(),
+        nodes: Mutex::new(vec![None; workers as usize]),
+        incarnations: Mutex::new(vec![0; workers as usize + 1]),
+        down: Mutex::new(vec![false; workers as usize]),
+        cut_until_ms: Mutex::new(vec![0; workers as usize]),
+        drivers: Mutex::new(BTreeMap::new()),
+        runs_in_flight: AtomicU64::new(0),
+        changes_in_flight: AtomicU64::new(0),
+        room: tokio::sync::Notify::new(),
+        healed: AtomicBool::new(false),
+        person_seen: Mutex::new(BTreeSet::new()),
+        engine_errors: Mutex::new(Vec::new()),
+        supervisor: Mutex::new(None),
+        webhook_starts: Mutex::new(BTreeMap::new()),
+        config,
+    });
+    let supervisor = handle.create_node().name("supervisor").build();
+    *world.supervisor.lock().expect("supervisor") = Some(supervisor.clone());
+    for worker in 0..workers {
+        let w = world.clone();
+        let node = handle
+            .create_node()
+            .name(format!("worker-{worker}"))
+            .init(move || worker_main(w.clone(), worker))
+            .build();
+        world.nodes.lock().expect("nodes")[worker as usize] = Some(node);
+    }
+    // The front door: the API and webhook endpoint that records new runs, on the supervisor's node.
+    let api = Arc::new(world.engine_for(workers, 0));
+
+    // Chaos phase: traffic with every fault on.
+    let chaos = [
+        supervisor.spawn(crash_randomly(world.clone())),
+        supervisor.spawn(cut_randomly(world.clone())),
+        supervisor.spawn(stall_randomly(world.clone())),
+    ];
+    supervisor.spawn(generate(world.clone(), api.clone())).await.expect("the traffic generator does not panic");
+
+    // Heal phase: faults off, every worker up; every run must end (or pause) within `heal_s_max`.
+    let heal_started_ms = clock.now_ms();
+    world.healed.store(true, Ordering::Relaxed);
+    world.fakes.heal();
+    monitor.lock().chaos = false;
+    monitor.world_event("heal", &[]);
+    for c in chaos {
+        c.abort();
+    }
+    for worker in 0..workers {
+        world.cut_until_ms.lock().expect("cuts")[worker as usize] = 0;
+        world.restart_worker(worker);
+    }
+    let heal_ms_max = world.config.profile.world.heal_s_max * 1000;
+    while world.runs_in_flight.load(Ordering::Relaxed) + world.changes_in_flight.load(Ordering::Relaxed) > 0
+        && clock.now_ms() - heal_started_ms < heal_ms_max
+    {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+    }
+    let end_ms = clock.now_ms();
+    monitor.world_event("end", &[Field::U64(end_ms - EPOCH_MS)]);
+    progress.done.store(true, Ordering::Relaxed);
+    for error in world.engine_errors.lock().expect("errors").iter() {
+        monitor.lock().checker.external_violation("I8", format!("engine error: {error}"));
+    }
+    let mut state = monitor.lock();
+    state.checker.finish();
+    let results = assemble(&world, &state, &api, end_ms);
+    let trace_text = state.trace.readable_text();
+    drop(state);
+    Outcome { results, trace_text }
+}
+
+fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> Results {
+    let config = &world.config;
+    let checker = &state.checker;
+    let mut actions = BTreeMap::new();
+    let mut steps = 0;
+    for (index, name) in checker.action_names().iter().enumerate() {
+        let counters = &checker.counters[index];
+        let info = checker.action_info(index);
+        steps += counters.steps;
+        actions.insert(
+            name.clone(),
+            ActionStats {
+                class: info.class.clone(),
+                safeguards: workflows::safeguards(&info.class, config.policy),
+                steps: counters.steps,
+                effects: counters.effects,
+                duplicates: counters.duplicates,
+                calls: counters.calls,
+                lookups: counters.lookups,
+                lag_bound_ms: info.lag_bound_ms,
+            },
+        );
+    }
+    Results {
+        scenario: config.scenario.clone(),
+        seed: config.seed,
+        policy: policy_name(config.policy).to_owned(),
+        ledger: config.ledger.as_str().to_owned(),
+        steps,
+        runs: checker.runs_finished + checker.runs_in_flight() as u64,
+        trace_hash: state.trace.hash_hex(),
+        effects: checker.effects,
+        duplicates: checker.duplicates(),
+        paused_runs: checker.runs_paused,
+        failed_runs: checker.runs_failed,
+        runs_with_visible_retry: checker.runs_with_visible_retry,
+        auto_retry_coverage: api.auto_retry_coverage(),
+        extra_lookups: checker.lookups_total,
+        extra_lookup_ms_total: state.extra_lookup_ms_total,
+        latency: checker.latency(),
+        actions,
+        invariants: checker.invariants(false),
+        knobs: crate::profile::knobs(&config.profile),
+        repro: config.repro.clone(),
+        merged_runs: 1,
+        simulated_seconds: (end_ms - EPOCH_MS) as f64 / 1000.0,
+        wall_seconds: 0.0,
+        steps_per_second: 0.0,
+        peak_rss_bytes: 0,
+    }
+}
+
+pub fn policy_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Rules => "rules",
+        Policy::Naive => "naive",
+    }
+}
+
+/// Runs one simulation in a fresh madsim runtime seeded with `config.seed`.
+pub fn simulate(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
+    let runtime = madsim::runtime::Runtime::with_seed_and_config(config.seed, madsim::Config::default());
+    runtime.block_on(run_world(config, progress))
+}
