@@ -17,5 +17,5 @@ pub mod event;
 pub mod executor;
 pub mod key;
 pub mod ledger;
-pub mod webhook;
 pub mod workflow;
+pub mod webhook;
