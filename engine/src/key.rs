@@ -8,6 +8,15 @@
 //! Write keys (one write of a multi-write or agent step) are derived from the step key, the write's index and the
 //! write's canonical inputs with their own domain tag.
 //!
+//! Volatile inputs: a step may name input paths that are sent to the connector but left out of its key (a request
+//! timestamp, a trace id), so that a retry which refreshes them still finds the earlier attempt. The caller removes
+//! them with [`without_volatile`] before [`step_key`]; the rule is spelled out on that function. Leaving out a field
+//! that changes what the call does would merge two different calls under one key, so the list belongs to the step's
+//! definition and should name only fields the external system does not act on.
+//!
+//! Inputs that cannot be canonicalised (see [`crate::canonical`]) have no key: [`step_key`] returns the error rather
+//! than hashing some approximation.
+//!
 //! OWNER: canonical/key work stream. The signatures below are the contract other crates build on.
 
 use std::fmt;
@@ -93,8 +102,16 @@ pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<K
 }
 
 /// `inputs` with each volatile path removed (a request timestamp, a trace id): such fields are sent to the connector
-/// but left out of the key, so a retry that refreshes them still finds the earlier attempt. A path is a list of
-/// object member names from the root, written `a.b.c`; a path that does not exist is ignored.
+/// but left out of the key, so a retry that refreshes them still finds the earlier attempt.
+///
+/// The path rule:
+/// - a path is a list of object member names from the root object, separated by `.` (`meta.trace_id`);
+/// - only objects are walked: arrays are not traversed and there is no wildcard, so `items.t` removes nothing from
+///   `{"items":[{"t":1}]}`; a member whose name contains `.` cannot be named;
+/// - a path that does not exist, or that passes through a non-object, is ignored (a volatile field may come and go);
+/// - the last name is removed with its value, whatever that value is (an object is removed whole).
+///
+/// The input is not changed: the full inputs still go to the connector.
 pub fn without_volatile(inputs: &serde_json::Value, volatile_paths: &[String]) -> serde_json::Value {
     let mut out = inputs.clone();
     for path in volatile_paths {
