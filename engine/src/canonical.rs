@@ -1,23 +1,68 @@
 //! RFC 8785 JSON Canonicalization Scheme (JCS).
 //!
-//! OWNER: canonical/key work stream. Contract (other crates build on these signatures):
+//! Contract (other crates build on these signatures):
 //! - [`canonicalize_bytes`] parses JSON text strictly and returns its canonical bytes, rejecting what cannot be
 //!   canonicalised (duplicate object keys, lone surrogates, numbers outside IEEE-754 doubles, invalid UTF-8, nesting
 //!   deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
 //! - [`write_value`] canonicalises an already parsed `serde_json::Value` (whatever serde_json's `preserve_order`).
+//!
+//! The canonical form (RFC 8785 section 3.2):
+//! - no whitespace between tokens;
+//! - object members sorted by the UTF-16 code units of their (unescaped) names, which differs from UTF-8 byte order
+//!   when a name holds a character above U+FFFF (a surrogate pair, `D800..DBFF`) and another one a character in
+//!   `U+E000..U+FFFF` at the same position. We never rely on serde_json's map order: it is UTF-8 byte order by default
+//!   and insertion order under `preserve_order`;
+//! - strings escaped minimally, as ECMAScript `JSON.stringify` does: `\"`, `\\`, `\b \t \n \f \r`, other controls
+//!   below U+0020 as `\u00xx` (lowercase hex), everything else (including `/`, U+007F, U+2028) as raw UTF-8;
+//! - numbers as IEEE-754 doubles printed by ECMAScript `Number.prototype.toString` (`1e+30`, `4.5`, `0.002`,
+//!   `1e-27`, `-0` as `0`), via the `ryu-js` crate.
+//!
+//! Numbers: JSON text is read as doubles, rounded to nearest as RFC 8785 requires, except in three cases that are
+//! rejected with [`Error::NumberOutOfRange`] because rounding would silently merge distinct inputs into one key:
+//! a literal whose magnitude overflows to infinity (`1e400`), a literal with a non-zero digit that underflows to zero
+//! (`1e-400`), and an integer literal (no fraction, no exponent) that its double neither equals exactly nor spells
+//! (`9007199254740993`: a double would turn it into `...992`). "Spells" keeps the canonical form a fixed point:
+//! ECMAScript prints the double 2^68 as `295147905179352830000`, which is not its exact value
+//! (`295147905179352825856`), yet both literals are accepted and canonicalise to the former. The same rule holds for a
+//! parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript spelling
+//! is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are accepted).
+//!
+//! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
+//! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
+
+use std::cmp::Ordering;
 
 /// The deepest nesting of arrays and objects accepted.
 pub const DEPTH_MAX: usize = 128;
 
-/// Why a document cannot be canonicalised. Offsets are byte offsets into the input text.
+/// Why a document cannot be canonicalised. Offsets are byte offsets into the input text; for [`write_value`], which
+/// has no input text, they are the byte offsets in the canonical output at which the offending value would start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
-    Syntax { message: String, offset: usize },
-    InvalidUtf8 { offset: usize },
-    DuplicateKey { key: String, offset: usize },
-    LoneSurrogate { offset: usize },
-    NumberOutOfRange { text: String, offset: usize },
-    TooDeep { depth_max: usize, offset: usize },
+    Syntax {
+        message: String,
+        offset: usize,
+    },
+    InvalidUtf8 {
+        offset: usize,
+    },
+    DuplicateKey {
+        key: String,
+        offset: usize,
+    },
+    LoneSurrogate {
+        offset: usize,
+    },
+    /// A number no IEEE-754 double stands for without merging it with another input: overflow, underflow of a
+    /// non-zero literal, or an integer that is not exactly a double (see the module docs).
+    NumberOutOfRange {
+        text: String,
+        offset: usize,
+    },
+    TooDeep {
+        depth_max: usize,
+        offset: usize,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -28,7 +73,15 @@ impl std::fmt::Display for Error {
             Error::DuplicateKey { key, offset } => write!(f, "duplicate object key {key:?} at byte {offset}"),
             Error::LoneSurrogate { offset } => write!(f, "lone UTF-16 surrogate in a string at byte {offset}"),
             Error::NumberOutOfRange { text, offset } => {
-                write!(f, "number {text} at byte {offset} is outside the range of IEEE-754 doubles")
+                if is_integer_literal(text) {
+                    write!(
+                        f,
+                        "number {text} at byte {offset} is outside the range of IEEE-754 doubles \
+                         (an integer no double represents exactly)"
+                    )
+                } else {
+                    write!(f, "number {text} at byte {offset} is outside the range of IEEE-754 doubles")
+                }
             }
             Error::TooDeep { depth_max, offset } => {
                 write!(f, "nesting deeper than {depth_max} levels at byte {offset}")
@@ -41,17 +94,21 @@ impl std::error::Error for Error {}
 
 /// Parses `bytes` as JSON and returns its RFC 8785 canonical form.
 pub fn canonicalize_bytes(bytes: &[u8]) -> Result<Vec<u8>, Error> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| Error::Syntax { message: e.to_string(), offset: 0 })?;
-    let mut out = Vec::new();
-    write_value(&value, &mut out)?;
+    let text = std::str::from_utf8(bytes).map_err(|e| Error::InvalidUtf8 { offset: e.valid_up_to() })?;
+    let mut parser = Parser { text, bytes, pos: 0 };
+    let mut out = Vec::with_capacity(bytes.len());
+    parser.skip_whitespace();
+    parser.value(&mut out, 0)?;
+    parser.skip_whitespace();
+    if parser.pos != bytes.len() {
+        return Err(parser.syntax("trailing characters after the JSON value"));
+    }
     Ok(out)
 }
 
-/// Appends the canonical form of `value` to `out`.
+/// Appends the canonical form of `value` to `out`. On error `out` may hold a partial document.
 pub fn write_value(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), Error> {
-    // Placeholder until the canonical work stream lands: not RFC 8785 for numbers or key order.
-    serde_json::to_writer(out, value).map_err(|e| Error::Syntax { message: e.to_string(), offset: 0 })
+    write_value_at(value, out, 0)
 }
 
 /// The canonical form of `value` as a new buffer.
@@ -59,4 +116,550 @@ pub fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(128);
     write_value(value, &mut out)?;
     Ok(out)
+}
+
+/// Orders two strings by their UTF-16 code units, as RFC 8785 sorts object member names.
+///
+/// UTF-8 byte order is code point order, and UTF-16 code unit order differs from it only where a character in
+/// `U+E000..=U+FFFF` (UTF-8 lead byte `0xEE`/`0xEF`) meets a character above U+FFFF (lead byte `0xF0..=0xF4`, a
+/// surrogate `0xD800..` in UTF-16): there UTF-16 puts the supplementary character first. At the first differing byte
+/// both strings are at the same position inside the same-length prefix, so both bytes are lead bytes or both are
+/// continuation bytes (`0x80..=0xBF`, which the remapping below leaves alone); lifting `0xEE`/`0xEF` above `0xF4`
+/// therefore gives UTF-16 order without transcoding.
+pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let common = a.iter().zip(b).position(|(x, y)| x != y);
+    match common {
+        None => a.len().cmp(&b.len()),
+        Some(i) => utf16_rank(a[i]).cmp(&utf16_rank(b[i])),
+    }
+}
+
+fn utf16_rank(byte: u8) -> u16 {
+    match byte {
+        0xEE | 0xEF => u16::from(byte) + 0x10,
+        _ => u16::from(byte),
+    }
+}
+
+fn is_integer_literal(text: &str) -> bool {
+    !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+}
+
+/// 2^53: every integer of at most this magnitude is an exact double.
+const EXACT_INTEGER_MAX: u64 = 1 << 53;
+
+/// Appends `f` as ECMAScript `Number.prototype.toString` prints it. `f` must be finite.
+fn write_f64(f: f64, out: &mut Vec<u8>) {
+    assert!(f.is_finite(), "write_f64 called with a non-finite number {f}");
+    if f == 0.0 {
+        // Both zeros print as `0` (ECMAScript prints -0 as "0").
+        out.push(b'0');
+    } else if f.fract() == 0.0 && f.abs() <= EXACT_INTEGER_MAX as f64 {
+        // Small integers print as their digits in both algorithms; this path skips the shortest-digits search.
+        write_i64(f as i64, out);
+    } else {
+        let mut buffer = ryu_js::Buffer::new();
+        out.extend_from_slice(buffer.format_finite(f).as_bytes());
+    }
+}
+
+fn write_i64(n: i64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut magnitude = n.unsigned_abs();
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (magnitude % 10) as u8;
+        magnitude /= 10;
+        if magnitude == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[start..]);
+}
+
+/// Appends `s` as a canonical JSON string literal.
+fn write_string(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run_start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\x08' => b"\\b",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            b'\x0c' => b"\\f",
+            b'\r' => b"\\r",
+            0x00..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run_start..i]);
+        if escape.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0xf)]);
+        } else {
+            out.extend_from_slice(escape);
+        }
+        run_start = i + 1;
+    }
+    out.extend_from_slice(&bytes[run_start..]);
+    out.push(b'"');
+}
+
+fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> {
+    let out_of_range = |out: &Vec<u8>| Error::NumberOutOfRange { text: n.to_string(), offset: out.len() };
+    if let Some(u) = n.as_u64() {
+        if u <= EXACT_INTEGER_MAX {
+            write_i64(u as i64, out);
+            return Ok(());
+        }
+        let f = u as f64;
+        // `f as u64` saturates, so compare below 2^64 first: u64::MAX rounds up to 2^64, which is not a u64.
+        let exact = f < 18_446_744_073_709_551_616.0 && f as u64 == u;
+        return write_integer_double(exact, f, &u.to_string(), out).map_err(|()| out_of_range(out));
+    }
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= EXACT_INTEGER_MAX {
+            write_i64(i, out);
+            return Ok(());
+        }
+        let f = i as f64;
+        // Only negative i64s reach here (non-negative ones are u64s); -2^63 is the one exact double at the edge.
+        let exact = (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) && f as i64 == i;
+        return write_integer_double(exact, f, &i.to_string(), out).map_err(|()| out_of_range(out));
+    }
+    match n.as_f64() {
+        Some(f) if f.is_finite() => {
+            write_f64(f, out);
+            Ok(())
+        }
+        // Only reachable with serde_json's `arbitrary_precision`, which can hold `1e400`.
+        _ => Err(out_of_range(out)),
+    }
+}
+
+/// Appends the double `f` that the integer spelled `digits` rounds to, if the integer is `exact`ly `f` or is `f`'s
+/// ECMAScript spelling; otherwise leaves `out` as it was (see the module docs on numbers).
+fn write_integer_double(exact: bool, f: f64, digits: &str, out: &mut Vec<u8>) -> Result<(), ()> {
+    let start = out.len();
+    write_f64(f, out);
+    if exact || &out[start..] == digits.as_bytes() {
+        Ok(())
+    } else {
+        out.truncate(start);
+        Err(())
+    }
+}
+
+fn write_value_at(value: &serde_json::Value, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+    use serde_json::Value;
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(n, out)?,
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            if depth >= DEPTH_MAX {
+                return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
+            }
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value_at(item, out, depth + 1)?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            if depth >= DEPTH_MAX {
+                return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
+            }
+            out.push(b'{');
+            // The common case (default serde_json, names without characters above U+FFFF) is already in UTF-16
+            // order; check that before paying for a sort. A map cannot hold duplicate names.
+            let mut names = map.keys();
+            let mut sorted = true;
+            if let Some(mut previous) = names.next() {
+                for name in names {
+                    if cmp_utf16(previous, name) != Ordering::Less {
+                        sorted = false;
+                        break;
+                    }
+                    previous = name;
+                }
+            }
+            if sorted {
+                for (i, (name, item)) in map.iter().enumerate() {
+                    write_member(i, name, item, out, depth)?;
+                }
+            } else {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
+                for (i, (name, item)) in members.into_iter().enumerate() {
+                    write_member(i, name, item, out, depth)?;
+                }
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+fn write_member(
+    index: usize,
+    name: &str,
+    item: &serde_json::Value,
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), Error> {
+    if index > 0 {
+        out.push(b',');
+    }
+    write_string(name, out);
+    out.push(b':');
+    write_value_at(item, out, depth + 1)
+}
+
+/// A strict JSON (RFC 8259) parser that writes the canonical form as it goes.
+struct Parser<'a> {
+    /// The whole input, already checked to be UTF-8.
+    text: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+/// One object member already written to the output, at `start..end` (without its separating comma).
+struct Member {
+    name: String,
+    name_offset: usize,
+    start: usize,
+    end: usize,
+}
+
+impl Parser<'_> {
+    fn syntax(&self, message: &str) -> Error {
+        Error::Syntax { message: message.to_string(), offset: self.pos }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn expect_literal(&mut self, literal: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+        if self.bytes[self.pos..].starts_with(literal) {
+            self.pos += literal.len();
+            out.extend_from_slice(literal);
+            Ok(())
+        } else {
+            Err(self.syntax("expected a JSON value"))
+        }
+    }
+
+    /// Parses one value at `depth` levels of nesting and appends its canonical form.
+    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+        match self.peek() {
+            None => Err(self.syntax("expected a JSON value, found the end of the input")),
+            Some(b'n') => self.expect_literal(b"null", out),
+            Some(b't') => self.expect_literal(b"true", out),
+            Some(b'f') => self.expect_literal(b"false", out),
+            Some(b'"') => {
+                let s = self.string()?;
+                write_string(&s, out);
+                Ok(())
+            }
+            Some(b'-' | b'0'..=b'9') => self.number(out),
+            Some(b'[') => self.array(out, depth),
+            Some(b'{') => self.object(out, depth),
+            Some(_) => Err(self.syntax("expected a JSON value")),
+        }
+    }
+
+    fn open(&mut self, depth: usize) -> Result<(), Error> {
+        if depth >= DEPTH_MAX {
+            return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: self.pos });
+        }
+        self.pos += 1;
+        self.skip_whitespace();
+        Ok(())
+    }
+
+    fn array(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+        self.open(depth)?;
+        out.push(b'[');
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            out.push(b']');
+            return Ok(());
+        }
+        // Bounded by the input length: every iteration consumes at least one byte.
+        loop {
+            self.value(out, depth + 1)?;
+            self.skip_whitespace();
+            match self.peek() {
+                Some(b',') => {
+                    self.pos += 1;
+                    self.skip_whitespace();
+                    out.push(b',');
+                }
+                Some(b']') => {
+                    self.pos += 1;
+                    out.push(b']');
+                    return Ok(());
+                }
+                _ => return Err(self.syntax("expected ',' or ']' in an array")),
+            }
+        }
+    }
+
+    fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+        self.open(depth)?;
+        out.push(b'{');
+        let region_start = out.len();
+        let mut members: Vec<Member> = Vec::new();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            out.push(b'}');
+            return Ok(());
+        }
+        // Members are written in input order, then reordered below if needed; bounded by the input length.
+        loop {
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax("expected a string as an object member name"));
+            }
+            let name_offset = self.pos;
+            let name = self.string()?;
+            self.skip_whitespace();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax("expected ':' after an object member name"));
+            }
+            self.pos += 1;
+            self.skip_whitespace();
+            if !members.is_empty() {
+                out.push(b',');
+            }
+            let start = out.len();
+            write_string(&name, out);
+            out.push(b':');
+            self.value(out, depth + 1)?;
+            members.push(Member { name, name_offset, start, end: out.len() });
+            self.skip_whitespace();
+            match self.peek() {
+                Some(b',') => {
+                    self.pos += 1;
+                    self.skip_whitespace();
+                }
+                Some(b'}') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.syntax("expected ',' or '}' in an object")),
+            }
+        }
+        let in_order = members.windows(2).all(|w| cmp_utf16(&w[0].name, &w[1].name) == Ordering::Less);
+        if !in_order {
+            // Stable sort keeps duplicates in input order, so the second of a pair is the repeated one; report the
+            // repeat that comes first in the input.
+            members.sort_by(|a, b| cmp_utf16(&a.name, &b.name));
+            let duplicate =
+                members.windows(2).filter(|w| w[0].name == w[1].name).map(|w| &w[1]).min_by_key(|m| m.name_offset);
+            if let Some(m) = duplicate {
+                return Err(Error::DuplicateKey { key: m.name.clone(), offset: m.name_offset });
+            }
+            let written = out.split_off(region_start);
+            for (i, m) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&written[m.start - region_start..m.end - region_start]);
+            }
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    /// Parses a string literal at `self.pos` (an opening quote) and returns its value.
+    fn string(&mut self) -> Result<String, Error> {
+        self.pos += 1;
+        let mut value = String::new();
+        let mut run_start = self.pos;
+        // Bounded by the input length: every iteration consumes at least one byte.
+        loop {
+            let Some(b) = self.peek() else {
+                return Err(self.syntax("unterminated string"));
+            };
+            match b {
+                b'"' => {
+                    value.push_str(&self.text[run_start..self.pos]);
+                    self.pos += 1;
+                    return Ok(value);
+                }
+                b'\\' => {
+                    value.push_str(&self.text[run_start..self.pos]);
+                    self.escape(&mut value)?;
+                    run_start = self.pos;
+                }
+                0x00..=0x1f => return Err(self.syntax("unescaped control character in a string")),
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    /// Decodes the escape at `self.pos` (a backslash) onto `value`.
+    fn escape(&mut self, value: &mut String) -> Result<(), Error> {
+        let escape_offset = self.pos;
+        let simple = match self.bytes.get(self.pos + 1) {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\x08',
+            Some(b'f') => '\x0c',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                let high = self.hex4(escape_offset)?;
+                let code = match high {
+                    0xD800..=0xDBFF => {
+                        // A high surrogate must be followed at once by a `\u` low surrogate.
+                        if self.bytes.get(self.pos) != Some(&b'\\') || self.bytes.get(self.pos + 1) != Some(&b'u') {
+                            return Err(Error::LoneSurrogate { offset: escape_offset });
+                        }
+                        let low_offset = self.pos;
+                        let low = self.hex4(low_offset)?;
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            return Err(Error::LoneSurrogate { offset: escape_offset });
+                        }
+                        0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => return Err(Error::LoneSurrogate { offset: escape_offset }),
+                    _ => high,
+                };
+                let c = char::from_u32(code).expect("a non-surrogate code point below 0x110000 is a char");
+                value.push(c);
+                return Ok(());
+            }
+            _ => return Err(self.syntax("invalid escape in a string")),
+        };
+        value.push(simple);
+        self.pos += 2;
+        Ok(())
+    }
+
+    /// Reads `\uXXXX` at `offset` and leaves `self.pos` after it.
+    fn hex4(&mut self, offset: usize) -> Result<u32, Error> {
+        let digits = self.bytes.get(offset + 2..offset + 6);
+        let parsed =
+            digits.and_then(|d| d.iter().try_fold(0u32, |acc, &b| Some(acc * 16 + char::from(b).to_digit(16)?)));
+        match parsed {
+            Some(code) => {
+                self.pos = offset + 6;
+                Ok(code)
+            }
+            None => Err(Error::Syntax { message: "invalid \\u escape in a string".to_string(), offset }),
+        }
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    fn number(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        let int_start = self.pos;
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                self.digits();
+            }
+            _ => return Err(self.syntax("expected a digit in a number")),
+        }
+        let int_digits = self.pos - int_start;
+        let mut integer = true;
+        if self.peek() == Some(b'.') {
+            integer = false;
+            self.pos += 1;
+            if self.digits() == 0 {
+                return Err(self.syntax("expected a digit after the decimal point"));
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            integer = false;
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if self.digits() == 0 {
+                return Err(self.syntax("expected a digit in the exponent"));
+            }
+        }
+        let text = &self.text[start..self.pos];
+        let out_of_range = || Error::NumberOutOfRange { text: text.to_string(), offset: start };
+        // The grammar above is a subset of what Rust's correctly rounded `f64` parser accepts.
+        let f: f64 = text.parse().expect("a JSON number is a valid Rust float literal");
+        if f.is_infinite() {
+            return Err(out_of_range());
+        }
+        if f == 0.0 {
+            // Only the mantissa's digits decide whether the literal meant zero (`0e999` is zero, `1e-400` is not).
+            let mantissa_end = text.find(['e', 'E']).unwrap_or(text.len());
+            if text[..mantissa_end].bytes().any(|b| matches!(b, b'1'..=b'9')) {
+                return Err(out_of_range());
+            }
+        }
+        if integer && int_digits > 15 {
+            // Up to 15 digits is below 2^53, always exact; a longer integer literal must be the double's exact value
+            // (Rust's fixed-precision formatting is exact) or its ECMAScript spelling.
+            let exact = format!("{:.0}", f.abs()) == self.text[int_start..self.pos];
+            return write_integer_double(exact, f, text, out).map_err(|()| out_of_range());
+        }
+        write_f64(f, out);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf16_order_puts_supplementary_before_private_use() {
+        // U+1F600 is D83D DE00 in UTF-16, below U+E000; in UTF-8 it is F0.. and above EE...
+        let cases: &[(&str, &str, Ordering)] = &[
+            ("\u{1F600}", "\u{E000}", Ordering::Less),
+            ("\u{FFFF}", "\u{10000}", Ordering::Greater),
+            ("a", "b", Ordering::Less),
+            ("a", "ab", Ordering::Less),
+            ("\u{D7FF}", "\u{10000}", Ordering::Less),
+            ("x\u{1F600}", "x\u{FB01}", Ordering::Less),
+            ("same", "same", Ordering::Equal),
+        ];
+        for &(a, b, expected) in cases {
+            let reference = a.encode_utf16().cmp(b.encode_utf16());
+            assert_eq!(reference, expected, "reference order of {a:?} and {b:?}");
+            assert_eq!(cmp_utf16(a, b), expected, "cmp_utf16({a:?}, {b:?})");
+        }
+    }
 }

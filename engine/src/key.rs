@@ -8,6 +8,15 @@
 //! Write keys (one write of a multi-write or agent step) are derived from the step key, the write's index and the
 //! write's canonical inputs with their own domain tag.
 //!
+//! Volatile inputs: a step may name input paths that are sent to the connector but left out of its key (a request
+//! timestamp, a trace id), so that a retry which refreshes them still finds the earlier attempt. The caller removes
+//! them with [`without_volatile`] before [`step_key`]; the rule is spelled out on that function. Leaving out a field
+//! that changes what the call does would merge two different calls under one key, so the list belongs to the step's
+//! definition and should name only fields the external system does not act on.
+//!
+//! Inputs that cannot be canonicalised (see [`crate::canonical`]) have no key: [`step_key`] returns the error rather
+//! than hashing some approximation.
+//!
 //! OWNER: canonical/key work stream. The signatures below are the contract other crates build on.
 
 use std::fmt;
@@ -45,37 +54,64 @@ pub const STEP_DOMAIN_TAG: &[u8] = b"flow/step-key/v1";
 pub const WRITE_DOMAIN_TAG: &[u8] = b"flow/write-key/v1";
 
 /// The key of step `step_id` of run `run_id` with `inputs`.
+///
+/// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
+/// measured slower. The canonical inputs are written straight after the header and their length patched in after.
 pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
-    let canonical = crate::canonical::to_vec(inputs)?;
-    Ok(step_key_canonical(run_id, step_id, &canonical))
+    let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + 192);
+    write_header(&mut buf, run_id, step_id);
+    let length_at = buf.len();
+    buf.extend_from_slice(&[0; 8]);
+    crate::canonical::write_value(inputs, &mut buf)?;
+    let inputs_len = (buf.len() - length_at - 8) as u64;
+    buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
+    Ok(Key(*blake3::hash(&buf).as_bytes()))
 }
 
-/// The key of a step whose inputs are already canonical bytes.
+/// The key of a step whose inputs are already canonical bytes (the output of [`crate::canonical`]; passing any other
+/// bytes gives a key that no other spelling of the same inputs shares).
 pub fn step_key_canonical(run_id: &str, step_id: &str, canonical_inputs: &[u8]) -> Key {
-    let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + canonical_inputs.len());
+    let mut buf =
+        Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + canonical_inputs.len());
+    write_header(&mut buf, run_id, step_id);
+    buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
+    buf.extend_from_slice(canonical_inputs);
+    Key(*blake3::hash(&buf).as_bytes())
+}
+
+fn write_header(buf: &mut Vec<u8>, run_id: &str, step_id: &str) {
     buf.extend_from_slice(STEP_DOMAIN_TAG);
-    for part in [run_id.as_bytes(), step_id.as_bytes(), canonical_inputs] {
+    for part in [run_id.as_bytes(), step_id.as_bytes()] {
         buf.extend_from_slice(&(part.len() as u64).to_le_bytes());
         buf.extend_from_slice(part);
     }
-    Key(*blake3::hash(&buf).as_bytes())
 }
 
 /// The key of write number `index` of the step keyed `step`, with `inputs`.
 pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
-    let canonical = crate::canonical::to_vec(inputs)?;
-    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + canonical.len());
+    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + 192);
     buf.extend_from_slice(WRITE_DOMAIN_TAG);
     buf.extend_from_slice(&step.0);
     buf.extend_from_slice(&index.to_le_bytes());
-    buf.extend_from_slice(&(canonical.len() as u64).to_le_bytes());
-    buf.extend_from_slice(&canonical);
+    let length_at = buf.len();
+    buf.extend_from_slice(&[0; 8]);
+    crate::canonical::write_value(inputs, &mut buf)?;
+    let inputs_len = (buf.len() - length_at - 8) as u64;
+    buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
     Ok(Key(*blake3::hash(&buf).as_bytes()))
 }
 
 /// `inputs` with each volatile path removed (a request timestamp, a trace id): such fields are sent to the connector
-/// but left out of the key, so a retry that refreshes them still finds the earlier attempt. A path is a list of
-/// object member names from the root, written `a.b.c`; a path that does not exist is ignored.
+/// but left out of the key, so a retry that refreshes them still finds the earlier attempt.
+///
+/// The path rule:
+/// - a path is a list of object member names from the root object, separated by `.` (`meta.trace_id`);
+/// - only objects are walked: arrays are not traversed and there is no wildcard, so `items.t` removes nothing from
+///   `{"items":[{"t":1}]}`; a member whose name contains `.` cannot be named;
+/// - a path that does not exist, or that passes through a non-object, is ignored (a volatile field may come and go);
+/// - the last name is removed with its value, whatever that value is (an object is removed whole).
+///
+/// The input is not changed: the full inputs still go to the connector.
 pub fn without_volatile(inputs: &serde_json::Value, volatile_paths: &[String]) -> serde_json::Value {
     let mut out = inputs.clone();
     for path in volatile_paths {
