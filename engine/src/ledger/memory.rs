@@ -1,1 +1,290 @@
-//! The in-memory ledger: the same contract as SQLite, kept in ordered maps. OWNER: ledger work stream.
+//! The in-memory ledger: the same contract as SQLite (`tests/ledger_contract.rs`), kept in ordered maps behind one
+//! mutex. For simulations and tests; nothing survives the process.
+//!
+//! Ordered maps only (`BTreeMap`/`BTreeSet`), so nothing a caller sees depends on hashing. Every record of a run is
+//! also indexed by run id (step keys, plans, resolutions), so [`Ledger::forget_run`] drops a finished run in time
+//! proportional to its own size and a long simulation keeps bounded memory. Transitions are decided by the pure core
+//! in `transition.rs`, shared with the SQLite ledger.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use super::transition::{self, ClaimEffect};
+use super::{
+    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord, RunStatus,
+    StepRecord,
+};
+use crate::key::Key;
+
+/// The in-memory ledger. Cheap to create; `Send + Sync`.
+#[derive(Debug, Default)]
+pub struct MemoryLedger {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    steps: BTreeMap<Key, StepRecord>,
+    /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
+    keys_by_run: BTreeMap<String, Vec<Key>>,
+    plans: BTreeMap<Key, Plan>,
+    /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
+    plans_by_run: BTreeMap<String, Vec<Key>>,
+    runs: BTreeMap<String, RunRecord>,
+    /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run.
+    unfinished: BTreeSet<String>,
+    paused: BTreeSet<String>,
+    /// (source, event id) → inbox row.
+    inbox: BTreeMap<(String, String), InboxRow>,
+    /// (source, dedup key) → event id of the inbox row that carries it.
+    dedup: BTreeMap<(String, String), String>,
+    rejected: Vec<Rejected>,
+    resolutions: BTreeMap<String, Vec<ResolutionRecord>>,
+}
+
+#[derive(Debug)]
+struct Plan {
+    plan: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct InboxRow {
+    run_id: String,
+    dedup_key: Option<String>,
+    received_ms: u64,
+}
+
+#[derive(Debug)]
+#[allow(dead_code, reason = "kept as a record of the rejection; only the receipt time is read (by expiry)")]
+struct Rejected {
+    source: String,
+    event_id: String,
+    reason: String,
+    received_ms: u64,
+}
+
+impl MemoryLedger {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of step records held (for tests that check `forget_run` keeps memory bounded).
+    pub fn step_record_count(&self) -> usize {
+        self.lock().steps.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves maps that may be half-updated; refusing to go on is the only safe
+        // reaction, and it is a bug elsewhere anyway.
+        self.inner.lock().expect("the memory ledger's mutex was poisoned by a panic during a write")
+    }
+}
+
+impl Inner {
+    fn set_run_indexes(&mut self, run_id: &str, old: Option<RunStatus>, new: RunStatus) {
+        if old == Some(new) {
+            return;
+        }
+        match old {
+            Some(RunStatus::Pending | RunStatus::Running) => {
+                self.unfinished.remove(run_id);
+            }
+            Some(RunStatus::Paused) => {
+                self.paused.remove(run_id);
+            }
+            _ => {}
+        }
+        match new {
+            RunStatus::Pending | RunStatus::Running => {
+                self.unfinished.insert(run_id.to_owned());
+            }
+            RunStatus::Paused => {
+                self.paused.insert(run_id.to_owned());
+            }
+            RunStatus::Succeeded | RunStatus::Failed => {}
+        }
+    }
+
+    fn insert_run(&mut self, run: &RunRecord) -> bool {
+        if self.runs.contains_key(&run.run_id) {
+            return false;
+        }
+        self.set_run_indexes(&run.run_id, None, run.status);
+        self.runs.insert(run.run_id.clone(), run.clone());
+        true
+    }
+
+    fn record_plan(&mut self, run_id: Option<&str>, key: &Key, plan: &[u8]) -> Vec<u8> {
+        if let Some(existing) = self.plans.get(key) {
+            return existing.plan.clone();
+        }
+        let run_id = run_id.map(str::to_owned).or_else(|| self.steps.get(key).map(|r| r.run_id.clone()));
+        if let Some(run_id) = run_id {
+            self.plans_by_run.entry(run_id).or_default().push(*key);
+        }
+        self.plans.insert(*key, Plan { plan: plan.to_vec() });
+        plan.to_vec()
+    }
+}
+
+impl Ledger for MemoryLedger {
+    fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
+        Ok(self.lock().steps.get(key).cloned())
+    }
+
+    fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
+        let mut inner = self.lock();
+        match transition::claim(inner.steps.get_mut(&claim.key), claim)? {
+            ClaimEffect::Insert(record, granted) => {
+                match inner.keys_by_run.get_mut(claim.run_id) {
+                    Some(keys) => keys.push(claim.key),
+                    None => {
+                        inner.keys_by_run.insert(claim.run_id.to_owned(), vec![claim.key]);
+                    }
+                }
+                inner.steps.insert(claim.key, record);
+                Ok(granted)
+            }
+            ClaimEffect::Updated(granted) => Ok(granted),
+            ClaimEffect::Conflict(conflict) => Ok(conflict),
+        }
+    }
+
+    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
+        let mut inner = self.lock();
+        transition::complete(inner.steps.get_mut(key), key, fence, completion, now_ms).map(|_| ())
+    }
+
+    fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
+        let mut inner = self.lock();
+        transition::renew(inner.steps.get_mut(key), key, fence, lease_expiry_ms)
+    }
+
+    fn record_plan(&self, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
+        Ok(self.lock().record_plan(None, key, plan))
+    }
+
+    fn record_run_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
+        Ok(self.lock().record_plan(Some(run_id), key, plan))
+    }
+
+    fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().plans.get(key).map(|p| p.plan.clone()))
+    }
+
+    fn create_run(&self, run: &RunRecord) -> Result<bool> {
+        Ok(self.lock().insert_run(run))
+    }
+
+    fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
+        Ok(self.lock().runs.get(run_id).cloned())
+    }
+
+    fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
+        let mut inner = self.lock();
+        let Some(run) = inner.runs.get_mut(run_id) else {
+            return Err(Error::NotFound { what: format!("run {run_id}") });
+        };
+        let old = run.status;
+        run.status = status;
+        run.reason = reason.map(str::to_owned);
+        run.updated_ms = now_ms;
+        inner.set_run_indexes(run_id, Some(old), status);
+        Ok(())
+    }
+
+    fn unfinished_runs(&self) -> Result<Vec<String>> {
+        Ok(self.lock().unfinished.iter().cloned().collect())
+    }
+
+    fn paused_runs(&self) -> Result<Vec<String>> {
+        Ok(self.lock().paused.iter().cloned().collect())
+    }
+
+    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {
+        let mut inner = self.lock();
+        let event = (delivery.source.to_owned(), delivery.event_id.to_owned());
+        if let Some(row) = inner.inbox.get(&event) {
+            return Ok(Intake::Duplicate { run_id: row.run_id.clone() });
+        }
+        if let Some(dedup_key) = delivery.dedup_key {
+            let dedup = (delivery.source.to_owned(), dedup_key.to_owned());
+            if let Some(event_id) = inner.dedup.get(&dedup) {
+                let first = (delivery.source.to_owned(), event_id.clone());
+                let row = inner.inbox.get(&first).expect("a dedup key points at an inbox row that is gone");
+                return Ok(Intake::Duplicate { run_id: row.run_id.clone() });
+            }
+            inner.dedup.insert(dedup, delivery.event_id.to_owned());
+        }
+        inner.inbox.insert(
+            event,
+            InboxRow {
+                run_id: run.run_id.clone(),
+                dedup_key: delivery.dedup_key.map(str::to_owned),
+                received_ms: delivery.received_ms,
+            },
+        );
+        // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
+        // retried a week later) was started by this event, so this delivery starts nothing.
+        if inner.insert_run(run) {
+            Ok(Intake::Started { run_id: run.run_id.clone() })
+        } else {
+            Ok(Intake::Duplicate { run_id: run.run_id.clone() })
+        }
+    }
+
+    fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
+        self.lock().rejected.push(Rejected {
+            source: source.to_owned(),
+            event_id: event_id.to_owned(),
+            reason: reason.to_owned(),
+            received_ms: now_ms,
+        });
+        Ok(())
+    }
+
+    fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
+        let mut inner = self.lock();
+        let expired: Vec<(String, String)> =
+            inner.inbox.iter().filter(|(_, row)| row.received_ms < before_ms).map(|(event, _)| event.clone()).collect();
+        for event in &expired {
+            let row = inner.inbox.remove(event).expect("collected above under the same lock");
+            if let Some(dedup_key) = row.dedup_key {
+                inner.dedup.remove(&(event.0.clone(), dedup_key));
+            }
+        }
+        let rejected_before = inner.rejected.len();
+        inner.rejected.retain(|r| r.received_ms >= before_ms);
+        Ok((expired.len() + (rejected_before - inner.rejected.len())) as u64)
+    }
+
+    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+        self.lock().resolutions.entry(resolution.run_id.clone()).or_default().push(resolution.clone());
+        Ok(())
+    }
+
+    fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
+        Ok(self.lock().resolutions.get(run_id).cloned().unwrap_or_default())
+    }
+
+    fn forget_run(&self, run_id: &str) -> Result<()> {
+        let mut inner = self.lock();
+        for key in inner.keys_by_run.remove(run_id).unwrap_or_default() {
+            inner.steps.remove(&key);
+            // A plan recorded before its key's step record existed was not indexed by run; drop it here.
+            inner.plans.remove(&key);
+        }
+        for key in inner.plans_by_run.remove(run_id).unwrap_or_default() {
+            inner.plans.remove(&key);
+        }
+        inner.resolutions.remove(run_id);
+        if let Some(run) = inner.runs.remove(run_id) {
+            inner.set_run_indexes(run_id, Some(run.status), RunStatus::Succeeded);
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,493 @@
+//! The ledger contract: one suite of properties, each a function run against every implementation
+//! (the in-memory ledger, SQLite `:memory:`, SQLite on a file in a temporary directory).
+//!
+//! Errors are compared by their `Debug` text against an expected `Error` value, so a test names the exact error
+//! (kind, key, fences, states) and not merely "some error".
+
+use engine::key::Key;
+use engine::ledger::memory::MemoryLedger;
+use engine::ledger::{
+    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, RunRecord, RunStatus,
+    Status,
+};
+
+/// A ledger under test, plus a way to reopen it (files only) and the temp dir that must outlive it.
+struct Fixture {
+    ledger: Box<dyn Ledger>,
+    reopen: Option<Box<dyn Fn() -> Box<dyn Ledger>>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn memory() -> Fixture {
+    Fixture { ledger: Box::new(MemoryLedger::new()), reopen: None, _dir: None }
+}
+
+macro_rules! contract {
+    ($($property:ident),* $(,)?) => {
+        mod memory {
+            $( #[test] fn $property() { super::$property(super::memory()) } )*
+        }
+    };
+}
+
+contract!(
+    claim_then_complete,
+    claim_conflicts,
+    takeover_fences_the_old_owner,
+    transitions,
+    output_conflict_is_refused,
+    plans_are_never_replaced,
+    runs,
+    intake_deduplicates,
+    expire_inbox,
+    resolutions,
+    forget_run_drops_everything_of_the_run,
+    reopen_keeps_everything,
+);
+
+// --- helpers ------------------------------------------------------------------------------------------------------
+
+fn key(n: u8) -> Key {
+    Key([n; 32])
+}
+
+fn claim_of<'a>(key: Key, run_id: &'a str, worker: &'a str, now_ms: u64, expected_fence: u64) -> Claim<'a> {
+    Claim {
+        key,
+        run_id,
+        step_id: "step",
+        action: "stripe.create_charge",
+        inputs_hash: [7; 32],
+        worker,
+        now_ms,
+        lease_ms: 100,
+        expected_fence,
+        durable: false,
+    }
+}
+
+fn run_of(run_id: &str, status: RunStatus) -> RunRecord {
+    RunRecord {
+        run_id: run_id.to_owned(),
+        workflow: "wf".to_owned(),
+        status,
+        trigger: br#"{"a":1}"#.to_vec(),
+        reason: None,
+        created_ms: 5,
+        updated_ms: 5,
+    }
+}
+
+fn succeeded(output: &str) -> Completion {
+    Completion::Succeeded { output: output.as_bytes().to_vec() }
+}
+
+fn failed() -> Completion {
+    Completion::Failed { error: "card declined".to_owned() }
+}
+
+fn unknown() -> Completion {
+    Completion::Unknown { reason: "timeout".to_owned() }
+}
+
+fn granted(result: Result<Claimed, Error>) -> (u64, u32) {
+    match result {
+        Ok(Claimed::Granted { fence, attempt }) => (fence, attempt),
+        other => panic!("expected a granted claim, got {other:?}"),
+    }
+}
+
+fn assert_err<T: std::fmt::Debug>(result: Result<T, Error>, expected: &Error) {
+    match result {
+        Err(e) => assert_eq!(format!("{e:?}"), format!("{expected:?}")),
+        Ok(v) => panic!("expected {expected:?}, got Ok({v:?})"),
+    }
+}
+
+// --- properties ---------------------------------------------------------------------------------------------------
+
+fn claim_then_complete(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    assert_eq!(l.get(&k).unwrap(), None);
+    assert_eq!(granted(l.claim(&claim_of(k, "run-1", "w1", 10, 0))), (1, 1));
+    let r = l.get(&k).unwrap().expect("intent recorded");
+    assert_eq!(
+        (r.status, r.run_id.as_str(), r.step_id.as_str(), r.owner.as_str(), r.fence, r.attempt_count),
+        (Status::Started, "run-1", "step", "w1", 1, 1)
+    );
+    assert_eq!((r.lease_expiry_ms, r.last_attempt_ms, r.inputs_hash), (110, 10, [7; 32]));
+    assert_eq!((r.action.as_str(), r.output.clone(), r.error.clone()), ("stripe.create_charge", None, None));
+    l.renew(&k, 1, 500).unwrap();
+    assert_eq!(l.get(&k).unwrap().unwrap().lease_expiry_ms, 500);
+    l.complete(&k, 1, &succeeded("{\"id\":\"ch_1\"}"), 20).unwrap();
+    let r = l.get(&k).unwrap().unwrap();
+    assert_eq!((r.status, r.output.as_deref()), (Status::Succeeded, Some(&b"{\"id\":\"ch_1\"}"[..])));
+    // The same output again is an idempotent Ok, also from a stale fence (nothing is written).
+    l.complete(&k, 1, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
+    l.complete(&k, 0, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
+    assert_eq!(l.get(&k).unwrap().unwrap(), r);
+    // A durable claim behaves the same.
+    let mut durable = claim_of(key(2), "run-1", "w1", 10, 0);
+    durable.durable = true;
+    assert_eq!(granted(l.claim(&durable)), (1, 1));
+    l.flush().unwrap();
+}
+
+fn claim_conflicts(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    granted(l.claim(&claim_of(k, "run-1", "w1", 0, 0)));
+    let current = l.get(&k).unwrap().unwrap();
+    // (claim, what happens)
+    let cases: Vec<(Claim<'_>, Option<Error>)> = vec![
+        // Another worker, lease unexpired (expiry 100 > now 99).
+        (claim_of(k, "run-1", "w2", 99, 1), None),
+        // The same worker, lease unexpired: also refused, a lease is never held twice.
+        (claim_of(k, "run-1", "w1", 50, 1), None),
+        // Read nothing, but the record exists.
+        (claim_of(k, "run-1", "w2", 500, 0), None),
+        // A fence from the future.
+        (claim_of(k, "run-1", "w2", 500, 9), None),
+        // Read a record that is not there (forgotten): its decision is void.
+        (claim_of(key(9), "run-1", "w2", 500, 3), Some(Error::NotFound { what: String::new() })),
+    ];
+    for (claim, expected) in cases {
+        match (l.claim(&claim), expected) {
+            (Ok(Claimed::Conflict(seen)), None) => assert_eq!(*seen, current, "conflict shows the record as stored"),
+            (Err(Error::NotFound { .. }), Some(Error::NotFound { .. })) => {}
+            (other, expected) => panic!("claim {claim:?}: expected {expected:?} (None = conflict), got {other:?}"),
+        }
+    }
+    assert_eq!(l.get(&k).unwrap().unwrap(), current, "conflicting claims change nothing");
+    assert_eq!(l.get(&key(9)).unwrap(), None);
+}
+
+fn takeover_fences_the_old_owner(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    assert_eq!(granted(l.claim(&claim_of(k, "run-1", "old", 0, 0))), (1, 1));
+    // The lease expires at 100: at 100 the key can be taken over.
+    assert_eq!(granted(l.claim(&claim_of(k, "run-1", "new", 100, 1))), (2, 2));
+    let r = l.get(&k).unwrap().unwrap();
+    assert_eq!((r.owner.as_str(), r.fence, r.attempt_count, r.status), ("new", 2, 2, Status::Started));
+    let fenced = Error::Fenced { key: k, presented: 1, current: 2 };
+    assert_err(l.complete(&k, 1, &succeeded("x"), 150), &fenced);
+    assert_err(l.complete(&k, 1, &failed(), 150), &fenced);
+    assert_err(l.complete(&k, 1, &unknown(), 150), &fenced);
+    assert_err(l.renew(&k, 1, 1_000), &fenced);
+    assert_err(l.complete(&k, 3, &failed(), 150), &Error::Fenced { key: k, presented: 3, current: 2 });
+    assert_eq!(l.get(&k).unwrap().unwrap(), r, "refused writes change nothing");
+    l.complete(&k, 2, &succeeded("y"), 160).unwrap();
+    // Once succeeded, the old owner's non-success writes are still fenced.
+    assert_err(l.complete(&k, 1, &failed(), 170), &fenced);
+}
+
+/// The state a record is brought into before an operation.
+#[derive(Debug, Clone, Copy)]
+enum Setup {
+    Started,
+    Failed,
+    Unknown,
+    Succeeded,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Succeed,
+    Fail,
+    Unknown,
+    Claim,
+    Renew,
+}
+
+/// The status after the operation, or the (from, to) of the `InvalidTransition` it is refused with.
+type Expected = Result<Status, (Status, Status)>;
+
+fn transitions(f: Fixture) {
+    let l = &*f.ledger;
+    use Status as S;
+    // (state, operation, Ok(status after) or Err((from, to)) of InvalidTransition)
+    let cases: &[(Setup, Op, Expected)] = &[
+        (Setup::Started, Op::Succeed, Ok(S::Succeeded)),
+        (Setup::Started, Op::Fail, Ok(S::Failed)),
+        (Setup::Started, Op::Unknown, Ok(S::Unknown)),
+        (Setup::Started, Op::Renew, Ok(S::Started)),
+        (Setup::Failed, Op::Succeed, Ok(S::Succeeded)),
+        (Setup::Failed, Op::Fail, Err((S::Failed, S::Failed))),
+        (Setup::Failed, Op::Unknown, Err((S::Failed, S::Unknown))),
+        (Setup::Failed, Op::Claim, Ok(S::Started)),
+        (Setup::Failed, Op::Renew, Err((S::Failed, S::Started))),
+        (Setup::Unknown, Op::Succeed, Ok(S::Succeeded)),
+        (Setup::Unknown, Op::Fail, Err((S::Unknown, S::Failed))),
+        (Setup::Unknown, Op::Unknown, Err((S::Unknown, S::Unknown))),
+        (Setup::Unknown, Op::Claim, Ok(S::Started)),
+        (Setup::Unknown, Op::Renew, Err((S::Unknown, S::Started))),
+        (Setup::Succeeded, Op::Fail, Err((S::Succeeded, S::Failed))),
+        (Setup::Succeeded, Op::Unknown, Err((S::Succeeded, S::Unknown))),
+        (Setup::Succeeded, Op::Claim, Err((S::Succeeded, S::Started))),
+        (Setup::Succeeded, Op::Renew, Err((S::Succeeded, S::Started))),
+    ];
+    for (i, &(setup, op, expected)) in cases.iter().enumerate() {
+        let k = key(100 + i as u8);
+        let run_id = format!("run-{i}");
+        granted(l.claim(&claim_of(k, &run_id, "w", 0, 0)));
+        match setup {
+            Setup::Started => {}
+            Setup::Failed => l.complete(&k, 1, &failed(), 1).unwrap(),
+            Setup::Unknown => l.complete(&k, 1, &unknown(), 1).unwrap(),
+            Setup::Succeeded => l.complete(&k, 1, &succeeded("out"), 1).unwrap(),
+        }
+        let before = l.get(&k).unwrap().unwrap();
+        let result = match op {
+            Op::Succeed => l.complete(&k, 1, &succeeded("out"), 2),
+            Op::Fail => l.complete(&k, 1, &failed(), 2),
+            Op::Unknown => l.complete(&k, 1, &unknown(), 2),
+            Op::Renew => l.renew(&k, 1, 1_000),
+            Op::Claim => l
+                .claim(&claim_of(k, &run_id, "w2", 2, 1))
+                .map(|c| assert_eq!(c, Claimed::Granted { fence: 2, attempt: 2 })),
+        };
+        let after = l.get(&k).unwrap().unwrap();
+        match expected {
+            Ok(status) => {
+                result.unwrap_or_else(|e| panic!("case {i} {setup:?} {op:?}: {e}"));
+                assert_eq!(after.status, status, "case {i} {setup:?} {op:?}");
+            }
+            Err((from, to)) => {
+                assert_err(result, &Error::InvalidTransition { key: k, from, to });
+                assert_eq!(after, before, "case {i}: a refused transition changes nothing");
+            }
+        }
+        match (op, expected) {
+            (Op::Fail, Ok(_)) => assert_eq!(after.error.as_deref(), Some("card declined")),
+            (Op::Unknown, Ok(_)) => assert_eq!(after.error.as_deref(), Some("timeout")),
+            (Op::Succeed, Ok(_)) => {
+                assert_eq!((after.output.as_deref(), after.error.as_deref()), (Some(&b"out"[..]), None))
+            }
+            (Op::Claim, Ok(_)) => {
+                assert_eq!((after.output.as_deref(), after.error.as_deref(), after.owner.as_str()), (None, None, "w2"))
+            }
+            _ => {}
+        }
+    }
+    // Writes to a key with no record.
+    let absent = key(250);
+    assert!(matches!(l.complete(&absent, 1, &succeeded("o"), 1), Err(Error::NotFound { .. })));
+    assert!(matches!(l.renew(&absent, 1, 1), Err(Error::NotFound { .. })));
+}
+
+fn output_conflict_is_refused(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    granted(l.claim(&claim_of(k, "run-1", "w", 0, 0)));
+    l.complete(&k, 1, &succeeded("first"), 1).unwrap();
+    let conflict = Error::OutputConflict { key: k };
+    assert_err(l.complete(&k, 1, &succeeded("second"), 2), &conflict);
+    // Loud whatever the fence: a different output for a succeeded key means two effects or a bug.
+    assert_err(l.complete(&k, 0, &succeeded("second"), 2), &conflict);
+    assert_eq!(l.get(&k).unwrap().unwrap().output.as_deref(), Some(&b"first"[..]), "never overwritten");
+}
+
+fn plans_are_never_replaced(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    assert_eq!(l.get_plan(&k).unwrap(), None);
+    assert_eq!(l.record_plan(&k, b"plan-a", 1).unwrap(), b"plan-a");
+    assert_eq!(l.record_plan(&k, b"plan-b", 2).unwrap(), b"plan-a", "the earlier plan stays in force");
+    assert_eq!(l.record_run_plan("run-1", &k, b"plan-c", 3).unwrap(), b"plan-a");
+    assert_eq!(l.get_plan(&k).unwrap().as_deref(), Some(&b"plan-a"[..]));
+    assert_eq!(l.record_run_plan("run-1", &key(2), b"plan-d", 3).unwrap(), b"plan-d");
+    assert_eq!(l.get_plan(&key(2)).unwrap().as_deref(), Some(&b"plan-d"[..]));
+}
+
+fn runs(f: Fixture) {
+    let l = &*f.ledger;
+    assert_eq!(l.get_run("r1").unwrap(), None);
+    // Created out of order, to check the listings are sorted.
+    for (id, status) in [
+        ("r3", RunStatus::Running),
+        ("r1", RunStatus::Pending),
+        ("r5", RunStatus::Paused),
+        ("r2", RunStatus::Succeeded),
+        ("r4", RunStatus::Pending),
+    ] {
+        assert!(l.create_run(&run_of(id, status)).unwrap());
+    }
+    assert!(!l.create_run(&run_of("r1", RunStatus::Failed)).unwrap(), "an existing run is kept");
+    assert_eq!(l.get_run("r1").unwrap(), Some(run_of("r1", RunStatus::Pending)));
+    assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r3", "r4"]);
+    assert_eq!(l.paused_runs().unwrap(), ["r5"]);
+    l.set_run_status("r4", RunStatus::Paused, Some("at-most-once payout indeterminate"), 50).unwrap();
+    l.set_run_status("r3", RunStatus::Succeeded, None, 51).unwrap();
+    l.set_run_status("r5", RunStatus::Running, None, 52).unwrap();
+    assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r5"]);
+    assert_eq!(l.paused_runs().unwrap(), ["r4"]);
+    let r4 = l.get_run("r4").unwrap().unwrap();
+    assert_eq!(
+        (r4.status, r4.reason.as_deref(), r4.created_ms, r4.updated_ms),
+        (RunStatus::Paused, Some("at-most-once payout indeterminate"), 5, 50)
+    );
+    assert_eq!(r4.trigger, br#"{"a":1}"#);
+    assert!(matches!(l.set_run_status("nope", RunStatus::Running, None, 1), Err(Error::NotFound { .. })));
+}
+
+fn intake_deduplicates(f: Fixture) {
+    let l = &*f.ledger;
+    let delivery = |source, event_id, dedup_key| Delivery { source, event_id, dedup_key, received_ms: 100 };
+    // A forged delivery is recorded and must not block the real one with the same event id.
+    l.record_rejected("stripe", "evt_1", "bad signature", 90).unwrap();
+    // (delivery, run it would start, expected)
+    let started = |id: &str| Intake::Started { run_id: id.to_owned() };
+    let duplicate = |id: &str| Intake::Duplicate { run_id: id.to_owned() };
+    let cases = [
+        (delivery("stripe", "evt_1", Some("ch_1/charge.succeeded")), "run-a", started("run-a")),
+        (delivery("stripe", "evt_1", None), "run-b", duplicate("run-a")),
+        (delivery("stripe", "evt_2", Some("ch_1/charge.succeeded")), "run-c", duplicate("run-a")),
+        (delivery("stripe", "evt_3", Some("ch_2/charge.succeeded")), "run-d", started("run-d")),
+        // The same event id from another source is another event.
+        (delivery("hubspot", "evt_1", Some("ch_1/charge.succeeded")), "run-e", started("run-e")),
+        (delivery("stripe", "evt_4", None), "run-f", started("run-f")),
+        (delivery("stripe", "evt_4", None), "run-f", duplicate("run-f")),
+    ];
+    for (i, (d, run_id, expected)) in cases.iter().enumerate() {
+        assert_eq!(&l.intake(d, &run_of(run_id, RunStatus::Pending)).unwrap(), expected, "case {i}");
+    }
+    // The runs were created in the same transaction; duplicates created none.
+    assert_eq!(l.unfinished_runs().unwrap(), ["run-a", "run-d", "run-e", "run-f"]);
+}
+
+fn expire_inbox(f: Fixture) {
+    let l = &*f.ledger;
+    let at = |event_id, received_ms| Delivery { source: "s", event_id, dedup_key: Some(event_id), received_ms };
+    assert_eq!(
+        l.intake(&at("e1", 10), &run_of("r1", RunStatus::Pending)).unwrap(),
+        Intake::Started { run_id: "r1".into() }
+    );
+    assert_eq!(
+        l.intake(&at("e2", 20), &run_of("r2", RunStatus::Pending)).unwrap(),
+        Intake::Started { run_id: "r2".into() }
+    );
+    l.record_rejected("s", "forged", "unsigned", 15).unwrap();
+    assert_eq!(l.expire_inbox(20).unwrap(), 2, "e1 and the rejected row are older than 20; e2 is not");
+    assert_eq!(l.expire_inbox(20).unwrap(), 0);
+    // e2 is still deduplicated.
+    assert_eq!(
+        l.intake(&at("e2", 30), &run_of("r9", RunStatus::Pending)).unwrap(),
+        Intake::Duplicate { run_id: "r2".into() }
+    );
+    // e1 expired: a late redelivery finds its run (the run id derives from the event) and starts nothing...
+    assert_eq!(
+        l.intake(&at("e1", 30), &run_of("r1", RunStatus::Pending)).unwrap(),
+        Intake::Duplicate { run_id: "r1".into() }
+    );
+    // ...and once the run is forgotten as well, it is new again.
+    l.forget_run("r1").unwrap();
+    l.expire_inbox(31).unwrap();
+    assert_eq!(
+        l.intake(&at("e1", 40), &run_of("r1", RunStatus::Pending)).unwrap(),
+        Intake::Started { run_id: "r1".into() }
+    );
+}
+
+fn resolutions(f: Fixture) {
+    let l = &*f.ledger;
+    assert_eq!(l.resolutions("r1").unwrap(), []);
+    let records = [
+        ResolutionRecord {
+            run_id: "r1".into(),
+            key: key(1),
+            resolution: Resolution::Retry,
+            by: "ana".into(),
+            at_ms: 9,
+        },
+        ResolutionRecord {
+            run_id: "r1".into(),
+            key: key(2),
+            resolution: Resolution::MarkDone { output: serde_json::json!({"id": "po_1", "n": 1.5}) },
+            by: "bo".into(),
+            at_ms: 3,
+        },
+        ResolutionRecord { run_id: "r2".into(), key: key(1), resolution: Resolution::Abort, by: "cy".into(), at_ms: 1 },
+    ];
+    for r in &records {
+        l.record_resolution(r).unwrap();
+    }
+    assert_eq!(l.resolutions("r1").unwrap(), records[..2], "in the order recorded");
+    assert_eq!(l.resolutions("r2").unwrap(), records[2..]);
+}
+
+fn forget_run_drops_everything_of_the_run(f: Fixture) {
+    let l = &*f.ledger;
+    for (run_id, first) in [("gone", 1u8), ("kept", 101u8)] {
+        l.create_run(&run_of(run_id, RunStatus::Succeeded)).unwrap();
+        for i in 0..20u8 {
+            let k = key(first + i);
+            granted(l.claim(&claim_of(k, run_id, "w", 0, 0)));
+            l.complete(&k, 1, &succeeded("o"), 1).unwrap();
+        }
+        // A plan on a claimed step key, a plan filed by run id only, a plan recorded before the step's claim.
+        l.record_plan(&key(first), b"p", 1).unwrap();
+        l.record_run_plan(run_id, &key(first + 50), b"p", 1).unwrap();
+        l.record_plan(&key(first + 60), b"p", 1).unwrap();
+        granted(l.claim(&claim_of(key(first + 60), run_id, "w", 0, 0)));
+        l.record_resolution(&ResolutionRecord {
+            run_id: run_id.into(),
+            key: key(first),
+            resolution: Resolution::Retry,
+            by: "p".into(),
+            at_ms: 1,
+        })
+        .unwrap();
+    }
+    l.forget_run("gone").unwrap();
+    l.forget_run("never-existed").unwrap();
+    for i in 0..20u8 {
+        assert_eq!(l.get(&key(1 + i)).unwrap(), None);
+        assert!(l.get(&key(101 + i)).unwrap().is_some());
+    }
+    for offset in [0, 50, 60] {
+        assert_eq!(l.get_plan(&key(1 + offset)).unwrap(), None, "plan at offset {offset} forgotten");
+        assert!(l.get_plan(&key(101 + offset)).unwrap().is_some());
+    }
+    assert_eq!(l.get(&key(61)).unwrap(), None);
+    assert_eq!(l.get_run("gone").unwrap(), None);
+    assert_eq!(l.resolutions("gone").unwrap(), []);
+    assert!(l.get_run("kept").unwrap().is_some());
+    assert_eq!(l.resolutions("kept").unwrap().len(), 1);
+    // A forgotten key starts afresh.
+    assert_eq!(granted(l.claim(&claim_of(key(1), "gone", "w", 5, 0))), (1, 1));
+}
+
+fn reopen_keeps_everything(f: Fixture) {
+    let Some(reopen) = &f.reopen else {
+        return; // Nothing to reopen for in-memory ledgers; the property is about files.
+    };
+    let l = &*f.ledger;
+    let k = key(1);
+    granted(l.claim(&claim_of(k, "run-1", "w", 0, 0)));
+    l.complete(&k, 1, &succeeded("out"), 1).unwrap();
+    granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
+    l.record_plan(&k, b"plan", 2).unwrap();
+    l.create_run(&run_of("run-1", RunStatus::Paused)).unwrap();
+    let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
+    l.intake(&d, &run_of("run-2", RunStatus::Pending)).unwrap();
+    let res =
+        ResolutionRecord { run_id: "run-1".into(), key: k, resolution: Resolution::Abort, by: "p".into(), at_ms: 4 };
+    l.record_resolution(&res).unwrap();
+    l.flush().unwrap();
+    let before =
+        (l.get(&k).unwrap(), l.get(&key(2)).unwrap(), l.get_run("run-1").unwrap(), l.get_run("run-2").unwrap());
+    drop(f.ledger);
+    let l = reopen();
+    let after = (l.get(&k).unwrap(), l.get(&key(2)).unwrap(), l.get_run("run-1").unwrap(), l.get_run("run-2").unwrap());
+    assert_eq!(before, after);
+    assert_eq!(l.get_plan(&k).unwrap().as_deref(), Some(&b"plan"[..]));
+    assert_eq!(
+        l.intake(&d, &run_of("run-3", RunStatus::Pending)).unwrap(),
+        Intake::Duplicate { run_id: "run-2".into() }
+    );
+    assert_eq!(l.resolutions("run-1").unwrap(), [res]);
+    assert_eq!(l.paused_runs().unwrap(), ["run-1"]);
+    assert_eq!(l.unfinished_runs().unwrap(), ["run-2"]);
+}
