@@ -1,1 +1,1002 @@
-//! The executor: applies the three rules to a run. OWNER: executor work stream.
+//! The executor: applies the three rules of `DESIGN.md` to runs, on real tokio or under madsim.
+//!
+//! The decisions live in [`crate::decide`] (pure, tested as tables); this module is the thin driver that performs
+//! them against the ledger, the connectors and the clock, and reports every step to the [`Observer`].
+//!
+//! One key's life (rule 1): read the record; a succeeded key returns its stored output without a call; otherwise
+//! claim it (an intent with a lease and a fence, durable for at-most-once and lookup actions), look up first when the
+//! class says so (rule 2), call, and record the outcome. Indeterminate and failed outcomes go back to the decision
+//! core, which retries (bounded exponential backoff, jitter hashed from the seed, retry-after respected), waits,
+//! pauses the run for a person, or fails the step.
+//!
+//! Steps (rule 3): a single-action step has one key, its step key. A `writes` step or an agent step records its plan
+//! (the canonical list of `{action, inputs}`) under the step key before its first write, then runs write `i` under
+//! `key::write_key(step key, i, inputs)`; a recorded plan is always the one used, and a planner is never asked again
+//! once a plan is recorded (a crash while planning simply plans again: nothing outside happened).
+//!
+//! Runs: pending → running → succeeded | failed | paused (with the reason). Every transition is written to the
+//! ledger; [`Engine::resume_unfinished`] drives every pending or running run after a restart. `failed` means every
+//! attempt definitely did not apply; anything that may have applied pauses instead (I3).
+//!
+//! Edit and replay ([`Engine::replay`]): the run keeps its id. Keys derive from (run id, step id, inputs), so a step
+//! whose rendered inputs did not change gets the same key and replays its stored output with no call, and a step
+//! whose inputs changed (directly, or through an earlier step's output) gets a new key and runs exactly once.
+//! Minting a new run id for a replay would give every step a fresh key and redo every effect; that is refused by
+//! design.
+//!
+//! Resolutions ([`Engine::resolve`]): the run is walked from its first step (succeeded keys replay) to the first key
+//! that is not succeeded, the paused one; the resolution is recorded against that key and applied: `MarkDone`
+//! adopts the given output (claim with the read fence, complete as succeeded), `Retry` allows exactly one more
+//! attempt whatever the class, `Abort` fails the run with "aborted by <by>".
+//!
+//! `KeyReusedWithDifferentPayload` pauses the run rather than failing it: the earlier request under that key may
+//! have applied (a volatile field changed between attempts), and a failed run must carry no effect (I3). It is never
+//! retried under a new key.
+//!
+//! Naive policy ([`Policy::Naive`], the "before"): the connector is sent a fresh key per attempt
+//! (`naive_attempt_key`), no lookups are made, and every failure is retried until attempts run out. Events still
+//! carry the step's ledger key, so a checker can group the attempts.
+
+use crate::canonical;
+use crate::clock::Clock;
+use crate::connector::{ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request};
+use crate::decide::{self, Decision, Input, LastCall};
+use crate::event::{CrashPoint, Event, Observer};
+use crate::key::{self, Key};
+use crate::ledger::{self, Claim, Claimed, Completion, Ledger, Resolution, ResolutionRecord, RunRecord, Status};
+use crate::webhook;
+use crate::workflow::{self, StepKind, Template, Workflow};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::decide::{Policy, RetryPolicy};
+pub use crate::ledger::{Intake, RunStatus};
+
+/// The engine's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// This worker's name in leases.
+    pub worker_id: String,
+    pub policy: Policy,
+    /// The seed of the retry jitter (the engine draws no other randomness).
+    pub seed: u64,
+    /// How long a claim holds a key. Must exceed the longest connector call: a lease that expires mid-call lets
+    /// another worker treat the attempt as crashed.
+    pub lease_ms: u64,
+    pub retry: RetryPolicy,
+    /// The bound on decisions (attempts, waits, backoffs, claim conflicts) for one key in one drive; past it the
+    /// run pauses with the reason, so no drive loops forever.
+    pub decision_count_max: u32,
+    /// The bound on plan requests to a planner for one agent step in one drive.
+    pub plan_attempt_count_max: u32,
+    /// How long webhook inbox rows are kept ([`Engine::expire_webhooks`]).
+    pub webhook_retention_ms: u64,
+}
+
+impl EngineConfig {
+    pub fn new(worker_id: impl Into<String>) -> Self {
+        Self {
+            worker_id: worker_id.into(),
+            policy: Policy::Rules,
+            seed: 0,
+            lease_ms: 30_000,
+            retry: RetryPolicy::default(),
+            decision_count_max: 256,
+            plan_attempt_count_max: 3,
+            webhook_retention_ms: webhook::RETENTION_MS_DEFAULT,
+        }
+    }
+}
+
+/// A model (or any planner) that proposes the writes of an agent step. It may answer differently each time it is
+/// asked; the engine asks only until a plan is recorded.
+pub trait Planner: Send + Sync {
+    fn plan<'a>(
+        &'a self,
+        run_id: &'a str,
+        step_id: &'a str,
+        inputs: &'a Value,
+    ) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>>;
+}
+
+/// One proposed write.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlannedAction {
+    /// `connector.action`.
+    pub action: String,
+    pub inputs: Value,
+}
+
+/// Engine errors: the ledger failed, or the caller named something that does not exist.
+#[derive(Debug)]
+pub enum Error {
+    Ledger(ledger::Error),
+    UnknownRun(String),
+    UnknownWorkflow(String),
+    /// `resolve` on a run that is not paused.
+    NotPaused { run_id: String, status: RunStatus },
+    /// The trigger cannot be canonicalised.
+    Trigger(canonical::Error),
+    /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
+    Corrupt(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Ledger(e) => write!(f, "{e}"),
+            Error::UnknownRun(id) => write!(f, "no run {id:?} in the ledger"),
+            Error::UnknownWorkflow(name) => write!(f, "no workflow {name:?} is registered"),
+            Error::NotPaused { run_id, status } => {
+                write!(f, "run {run_id:?} is {}, not paused: nothing to resolve", status.as_str())
+            }
+            Error::Trigger(e) => write!(f, "the trigger cannot be canonicalised: {e}"),
+            Error::Corrupt(what) => write!(f, "the ledger holds an unreadable record: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ledger::Error> for Error {
+    fn from(e: ledger::Error) -> Self {
+        Error::Ledger(e)
+    }
+}
+
+/// A registered action, resolved once.
+struct Bound {
+    connector: Arc<dyn Connector>,
+    spec: ActionSpec,
+    /// `connector.action`.
+    full: String,
+}
+
+enum CompiledKind {
+    Action(Arc<Bound>),
+    Writes,
+    Agent(Arc<dyn Planner>),
+}
+
+struct Compiled {
+    workflow: Workflow,
+    kinds: Vec<CompiledKind>,
+}
+
+/// How one key (or one step) ended in this drive.
+enum KeyEnd {
+    Done(Value),
+    Paused { reason: String, key: Key },
+    Failed { reason: String },
+}
+
+/// A person's decision on its way to the paused key.
+struct PendingResolution<'a> {
+    resolution: &'a Resolution,
+    by: &'a str,
+    recorded: bool,
+    /// Applied to the paused key; later keys run normally.
+    consumed: bool,
+}
+
+/// What one key needs from its step.
+struct KeyJob<'a> {
+    run_id: &'a str,
+    step_id: &'a str,
+    key: Key,
+    bound: &'a Bound,
+    inputs: &'a Value,
+    inputs_hash: [u8; 32],
+}
+
+/// The workflow engine. Share it as `Arc<Engine>`; every method takes `&self`.
+pub struct Engine {
+    config: EngineConfig,
+    ledger: Arc<dyn Ledger>,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn Observer>,
+    actions: BTreeMap<String, Arc<Bound>>,
+    planners: BTreeMap<String, Arc<dyn Planner>>,
+    workflows: BTreeMap<String, Arc<Compiled>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("actions", &self.actions.keys().collect::<Vec<_>>())
+            .field("planners", &self.planners.keys().collect::<Vec<_>>())
+            .field("workflows", &self.workflows.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The key sent to the connector by the naive policy: a fresh one per attempt.
+pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flow/naive-attempt/v1");
+    hasher.update(&key.0);
+    hasher.update(&attempt.to_le_bytes());
+    Key(*hasher.finalize().as_bytes())
+}
+
+/// Where the time of a keyed key's first attempt is kept once it is retried (a write-once plan slot): the retention
+/// window of a keyed API runs from it.
+fn first_attempt_marker(key: &Key) -> Key {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flow/first-attempt/v1");
+    hasher.update(&key.0);
+    Key(*hasher.finalize().as_bytes())
+}
+
+fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Applied(_) => "applied",
+        Outcome::NotApplied(_) => "not-applied",
+        Outcome::Indeterminate(_) => "indeterminate",
+        Outcome::KeyReusedWithDifferentPayload(_) => "key-reused",
+        Outcome::KeyInFlight => "in-flight",
+    }
+}
+
+fn resolution_name(resolution: &Resolution) -> &'static str {
+    match resolution {
+        Resolution::MarkDone { .. } => "mark-done",
+        Resolution::Retry => "retry",
+        Resolution::Abort => "abort",
+    }
+}
+
+async fn sleep_ms(ms: u64) {
+    if ms > 0 {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig, ledger: Arc<dyn Ledger>, clock: Arc<dyn Clock>, observer: Arc<dyn Observer>) -> Self {
+        Self {
+            config,
+            ledger,
+            clock,
+            observer,
+            actions: BTreeMap::new(),
+            planners: BTreeMap::new(),
+            workflows: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    /// Registers every action of `connector` as `name.action`, replacing an earlier connector of that name.
+    pub fn register_connector(&mut self, connector: Arc<dyn Connector>) {
+        let name = connector.name().to_string();
+        for spec in connector.actions() {
+            let full = format!("{name}.{}", spec.name);
+            let bound = Bound { connector: connector.clone(), spec: spec.clone(), full: full.clone() };
+            self.actions.insert(full, Arc::new(bound));
+        }
+    }
+
+    pub fn register_planner(&mut self, name: &str, planner: Arc<dyn Planner>) {
+        self.planners.insert(name.to_string(), planner);
+    }
+
+    /// Registers a workflow after checking that its actions and planners are registered.
+    pub fn register_workflow(&mut self, workflow: Workflow) -> Result<(), workflow::Error> {
+        let mut kinds = Vec::with_capacity(workflow.steps.len());
+        let missing = |step: &str, field: &str, what: &str| workflow::Error {
+            workflow: workflow.name.clone(),
+            step: step.to_string(),
+            field: field.to_string(),
+            message: format!("{what} is not registered"),
+        };
+        for step in &workflow.steps {
+            kinds.push(match &step.kind {
+                StepKind::Action { action, .. } => CompiledKind::Action(
+                    self.actions.get(action).cloned().ok_or_else(|| missing(&step.id, "action", action))?,
+                ),
+                StepKind::Writes(writes) => {
+                    for (index, (action, _)) in writes.iter().enumerate() {
+                        if !self.actions.contains_key(action) {
+                            return Err(missing(&step.id, &format!("writes[{index}].action"), action));
+                        }
+                    }
+                    CompiledKind::Writes
+                }
+                StepKind::Agent { planner, .. } => CompiledKind::Agent(
+                    self.planners.get(planner).cloned().ok_or_else(|| missing(&step.id, "planner", planner))?,
+                ),
+            });
+        }
+        self.workflows.insert(workflow.name.clone(), Arc::new(Compiled { workflow, kinds }));
+        Ok(())
+    }
+
+    /// The share of the registered workflows' distinct actions (agent steps' actions are not known in advance and
+    /// are left out) that this engine retries automatically: keyed and lookup-before-create ones under the rules,
+    /// every one under the naive policy.
+    pub fn auto_retry_coverage(&self) -> f64 {
+        let mut actions: BTreeMap<&str, bool> = BTreeMap::new();
+        for compiled in self.workflows.values() {
+            for step in &compiled.workflow.steps {
+                let names: Vec<&str> = match &step.kind {
+                    StepKind::Action { action, .. } => vec![action.as_str()],
+                    StepKind::Writes(writes) => writes.iter().map(|(a, _)| a.as_str()).collect(),
+                    StepKind::Agent { .. } => Vec::new(),
+                };
+                for name in names {
+                    if let Some(bound) = self.actions.get(name) {
+                        let auto = self.config.policy == Policy::Naive || bound.spec.auto_retry();
+                        actions.insert(name, auto);
+                    }
+                }
+            }
+        }
+        if actions.is_empty() {
+            return 0.0;
+        }
+        actions.values().filter(|a| **a).count() as f64 / actions.len() as f64
+    }
+
+    fn halt(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
+        self.observer.halt_at(point, run_id, key)
+    }
+
+    /// Parks forever when the observer asks to halt here (crash injection).
+    async fn maybe_halt(&self, point: CrashPoint, run_id: &str, key: &Key) {
+        if self.halt(point, run_id, key) {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Creates run `run_id` of `workflow` (pending) unless it exists; returns whether it created it.
+    pub fn create_run(&self, workflow: &str, run_id: &str, trigger: &Value) -> Result<bool, Error> {
+        if !self.workflows.contains_key(workflow) {
+            return Err(Error::UnknownWorkflow(workflow.to_string()));
+        }
+        let trigger = canonical::to_vec(trigger).map_err(Error::Trigger)?;
+        let now_ms = self.clock.now_ms();
+        let run = RunRecord {
+            run_id: run_id.to_string(),
+            workflow: workflow.to_string(),
+            status: RunStatus::Pending,
+            trigger,
+            reason: None,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+        };
+        Ok(self.ledger.create_run(&run)?)
+    }
+
+    /// Creates the run (unless it exists) and drives it.
+    pub async fn start_run(&self, workflow: &str, run_id: &str, trigger: &Value) -> Result<RunStatus, Error> {
+        self.create_run(workflow, run_id, trigger)?;
+        self.drive(run_id).await
+    }
+
+    /// Drives a run until it succeeds, fails or pauses. A finished or paused run is returned as it is.
+    pub async fn drive(&self, run_id: &str) -> Result<RunStatus, Error> {
+        self.drive_with(run_id, None, None).await
+    }
+
+    /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
+    /// concurrently, list them with the ledger's `unfinished_runs` and spawn [`Engine::drive`] per run.
+    pub async fn resume_unfinished(&self) -> Result<Vec<(String, RunStatus)>, Error> {
+        let ids = self.ledger.unfinished_runs()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let status = self.drive(&id).await?;
+            out.push((id, status));
+        }
+        Ok(out)
+    }
+
+    /// Applies a person's decision to a paused run and drives it on. See the module documentation.
+    pub async fn resolve(&self, run_id: &str, resolution: Resolution, by: &str) -> Result<RunStatus, Error> {
+        let run = self.ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        if run.status != RunStatus::Paused {
+            return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
+        }
+        let mut pending = PendingResolution { resolution: &resolution, by, recorded: false, consumed: false };
+        self.drive_with(run_id, None, Some(&mut pending)).await
+    }
+
+    /// Re-runs a run with an edited trigger under the same run id: unchanged steps replay from the ledger, changed
+    /// ones run exactly once under their new keys. The edited trigger is used for this drive only (the ledger keeps
+    /// the run's original trigger; see the report's gaps).
+    pub async fn replay(&self, run_id: &str, edited_trigger: &Value) -> Result<RunStatus, Error> {
+        if self.ledger.get_run(run_id)?.is_none() {
+            return Err(Error::UnknownRun(run_id.to_string()));
+        }
+        canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
+        self.drive_with(run_id, Some(edited_trigger), None).await
+    }
+
+    /// Drops webhook inbox rows older than the configured retention.
+    pub fn expire_webhooks(&self) -> Result<u64, Error> {
+        let before_ms = self.clock.now_ms().saturating_sub(self.config.webhook_retention_ms);
+        Ok(self.ledger.expire_inbox(before_ms)?)
+    }
+
+    /// Takes in a webhook delivery: verifies it, then writes the inbox row and the run in one transaction. A new
+    /// event creates a pending run (drive it with [`Engine::drive`]); a duplicate starts nothing. A refused delivery
+    /// is recorded as rejected and returned as the error. At the crash point `DuringWebhookIntake` this returns
+    /// [`webhook::Error::Halted`] with nothing written.
+    pub fn intake_webhook(
+        &self,
+        source: &webhook::Source,
+        delivery: &webhook::Incoming,
+    ) -> Result<Intake, webhook::Error> {
+        let now_ms = self.clock.now_ms();
+        if !self.workflows.contains_key(&source.workflow) {
+            return Err(webhook::Error::UnknownWorkflow(source.workflow.clone()));
+        }
+        let checked = if delivery.event_id.is_empty() {
+            Err(webhook::Error::EmptyEventId)
+        } else {
+            webhook::verify(source, delivery, now_ms).and_then(|()| {
+                canonical::canonicalize_bytes(&delivery.body).map_err(|e| webhook::Error::InvalidBody(e.to_string()))
+            })
+        };
+        let trigger = match checked {
+            Ok(trigger) => trigger,
+            Err(e) => {
+                let reason = e.to_string();
+                self.ledger
+                    .record_rejected(&source.name, &delivery.event_id, &reason, now_ms)
+                    .map_err(|e| webhook::Error::Ledger(e.to_string()))?;
+                self.observer.event(&Event::WebhookRejected {
+                    source: &source.name,
+                    event_id: &delivery.event_id,
+                    reason: &reason,
+                });
+                return Err(e);
+            }
+        };
+        let run_id = webhook::run_id(&source.name, &delivery.event_id);
+        let run_key = key::step_key_canonical(&run_id, "", &[]);
+        if self.halt(CrashPoint::DuringWebhookIntake, &run_id, &run_key) {
+            return Err(webhook::Error::Halted);
+        }
+        let dedup_key = webhook::dedup_key(source, delivery);
+        let inbox = ledger::Delivery {
+            source: &source.name,
+            event_id: &delivery.event_id,
+            dedup_key: dedup_key.as_deref(),
+            received_ms: now_ms,
+        };
+        let run = RunRecord {
+            run_id: run_id.clone(),
+            workflow: source.workflow.clone(),
+            status: RunStatus::Pending,
+            trigger,
+            reason: None,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+        };
+        let intake = self.ledger.intake(&inbox, &run).map_err(|e| webhook::Error::Ledger(e.to_string()))?;
+        if let Intake::Duplicate { run_id } = &intake {
+            self.observer.event(&Event::WebhookDuplicate {
+                source: &source.name,
+                event_id: &delivery.event_id,
+                run_id,
+            });
+        }
+        Ok(intake)
+    }
+
+    async fn drive_with(
+        &self,
+        run_id: &str,
+        edited_trigger: Option<&Value>,
+        mut resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<RunStatus, Error> {
+        let run = self.ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        let walking = edited_trigger.is_some() || resolution.is_some();
+        match run.status {
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(run.status),
+            _ => {}
+        }
+        let compiled =
+            self.workflows.get(&run.workflow).cloned().ok_or_else(|| Error::UnknownWorkflow(run.workflow.clone()))?;
+        if run.status == RunStatus::Pending {
+            self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
+            self.observer.event(&Event::RunStarted { run_id, workflow: &run.workflow });
+        } else if run.status != RunStatus::Running && edited_trigger.is_some() {
+            self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
+        }
+        let stored_trigger;
+        let trigger = match edited_trigger {
+            Some(t) => t,
+            None => {
+                stored_trigger = serde_json::from_slice::<Value>(&run.trigger)
+                    .map_err(|e| Error::Corrupt(format!("trigger of run {run_id}: {e}")))?;
+                &stored_trigger
+            }
+        };
+        let mut outputs: Vec<Value> = Vec::with_capacity(compiled.kinds.len());
+        for (step, kind) in compiled.workflow.steps.iter().zip(&compiled.kinds) {
+            let end = match kind {
+                CompiledKind::Action(bound) => {
+                    let StepKind::Action { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
+                    self.run_action_step(run_id, step, bound, inputs, trigger, &outputs, resolution.as_deref_mut())
+                        .await?
+                }
+                CompiledKind::Writes => {
+                    let StepKind::Writes(writes) = &step.kind else { unreachable!("compiled from this step") };
+                    self.run_writes_step(run_id, step, writes, trigger, &outputs, resolution.as_deref_mut()).await?
+                }
+                CompiledKind::Agent(planner) => {
+                    let StepKind::Agent { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
+                    self.run_agent_step(run_id, step, planner, inputs, trigger, &outputs, resolution.as_deref_mut())
+                        .await?
+                }
+            };
+            match end {
+                KeyEnd::Done(output) => outputs.push(output),
+                KeyEnd::Paused { reason, key } => {
+                    self.ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), self.clock.now_ms())?;
+                    self.observer.event(&Event::RunPaused { run_id, step_id: &step.id, key: &key, reason: &reason });
+                    return Ok(RunStatus::Paused);
+                }
+                KeyEnd::Failed { reason } => {
+                    self.ledger.set_run_status(run_id, RunStatus::Failed, Some(&reason), self.clock.now_ms())?;
+                    self.observer.event(&Event::RunFailed { run_id, reason: &reason });
+                    return Ok(RunStatus::Failed);
+                }
+            }
+        }
+        self.ledger.set_run_status(run_id, RunStatus::Succeeded, None, self.clock.now_ms())?;
+        self.observer.event(&Event::RunSucceeded { run_id });
+        Ok(RunStatus::Succeeded)
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
+    async fn run_action_step(
+        &self,
+        run_id: &str,
+        step: &workflow::Step,
+        bound: &Bound,
+        template: &Template,
+        trigger: &Value,
+        outputs: &[Value],
+        resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<KeyEnd, Error> {
+        let inputs = workflow::render(template, trigger, outputs);
+        let canonical = if step.volatile.is_empty() {
+            canonical::to_vec(&inputs)
+        } else {
+            canonical::to_vec(&key::without_volatile(&inputs, &step.volatile))
+        };
+        let canonical = match canonical {
+            Ok(c) => c,
+            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+        };
+        let key = key::step_key_canonical(run_id, &step.id, &canonical);
+        let inputs_hash = *blake3::hash(&canonical).as_bytes();
+        let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash };
+        self.run_key(&job, resolution).await
+    }
+
+    /// A step whose inputs cannot be canonicalised has no key and cannot be sent: it fails (nothing was applied).
+    fn unkeyable(&self, step_id: &str, e: &canonical::Error) -> KeyEnd {
+        KeyEnd::Failed { reason: format!("step {step_id}: its inputs cannot be canonicalised: {e}") }
+    }
+
+    async fn run_writes_step(
+        &self,
+        run_id: &str,
+        step: &workflow::Step,
+        writes: &[(String, Template)],
+        trigger: &Value,
+        outputs: &[Value],
+        resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<KeyEnd, Error> {
+        let plan: Vec<Value> = writes
+            .iter()
+            .map(|(action, template)| {
+                let inputs = workflow::render(template, trigger, outputs);
+                serde_json::json!({ "action": action, "inputs": inputs })
+            })
+            .collect();
+        let key_plan: Vec<Value> = if step.volatile.is_empty() {
+            plan.clone()
+        } else {
+            plan.iter()
+                .map(|w| serde_json::json!({"action": w["action"], "inputs": key::without_volatile(&w["inputs"], &step.volatile)}))
+                .collect()
+        };
+        let step_key = match canonical::to_vec(&Value::Array(key_plan)) {
+            Ok(c) => key::step_key_canonical(run_id, &step.id, &c),
+            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+        };
+        let recorded = match self.ledger.get_plan(&step_key)? {
+            Some(recorded) => (recorded, true),
+            None => {
+                let bytes = match canonical::to_vec(&Value::Array(plan)) {
+                    Ok(b) => b,
+                    Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+                };
+                let in_force = self.ledger.record_run_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
+                let reused = in_force != bytes;
+                (in_force, reused)
+            }
+        };
+        self.run_plan(run_id, step, step_key, &recorded.0, recorded.1, resolution).await
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
+    async fn run_agent_step(
+        &self,
+        run_id: &str,
+        step: &workflow::Step,
+        planner: &Arc<dyn Planner>,
+        template: &Template,
+        trigger: &Value,
+        outputs: &[Value],
+        resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<KeyEnd, Error> {
+        let inputs = workflow::render(template, trigger, outputs);
+        let step_key = match key::step_key(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
+            Ok(k) => k,
+            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+        };
+        if let Some(recorded) = self.ledger.get_plan(&step_key)? {
+            // A recorded plan is final: never ask the planner again.
+            return self.run_plan(run_id, step, step_key, &recorded, true, resolution).await;
+        }
+        let mut last_error = String::new();
+        for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
+            // Planning is reading and thinking: a crash here leaves nothing outside, and the next drive plans again.
+            self.maybe_halt(CrashPoint::WhilePlanning, run_id, &step_key).await;
+            let proposed = match planner.plan(run_id, &step.id, &inputs).await {
+                Ok(p) => p,
+                Err(e) => {
+                    last_error = e;
+                    sleep_ms(decide::backoff_ms(&self.config.retry, self.config.seed, &step_key, attempt + 1)).await;
+                    continue;
+                }
+            };
+            if let Some(unknown) = proposed.iter().find(|a| !self.actions.contains_key(&a.action)) {
+                return Ok(KeyEnd::Failed { reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action) });
+            }
+            let plan = serde_json::to_value(&proposed).expect("planned actions serialise");
+            let bytes = match canonical::to_vec(&plan) {
+                Ok(b) => b,
+                Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+            };
+            // Another worker may have recorded its plan meanwhile: the one in force wins.
+            let in_force = self.ledger.record_run_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
+            let reused = in_force != bytes;
+            return self.run_plan(run_id, step, step_key, &in_force, reused, resolution).await;
+        }
+        Ok(KeyEnd::Failed { reason: format!("step {}: the planner failed {} times: {last_error}", step.id, self.config.plan_attempt_count_max) })
+    }
+
+    /// Runs the writes of a recorded plan, each under its own write key.
+    async fn run_plan(
+        &self,
+        run_id: &str,
+        step: &workflow::Step,
+        step_key: Key,
+        plan: &[u8],
+        reused: bool,
+        mut resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<KeyEnd, Error> {
+        let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
+        let writes: Vec<PlannedAction> = serde_json::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?;
+        self.observer.event(&Event::PlanRecorded {
+            run_id,
+            step_id: &step.id,
+            key: &step_key,
+            writes: writes.len(),
+            reused,
+        });
+        self.maybe_halt(CrashPoint::AfterPlanBeforeFirstWrite, run_id, &step_key).await;
+        let mut outputs = Vec::with_capacity(writes.len());
+        for (index, write) in writes.iter().enumerate() {
+            let bound = self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
+            let canonical = canonical::to_vec(&key::without_volatile(&write.inputs, &step.volatile))
+                .map_err(|e| corrupt(&e.to_string()))?;
+            let key = key::write_key(&step_key, index as u32, &key::without_volatile(&write.inputs, &step.volatile))
+                .map_err(|e| corrupt(&e.to_string()))?;
+            let job = KeyJob {
+                run_id,
+                step_id: &step.id,
+                key,
+                bound,
+                inputs: &write.inputs,
+                inputs_hash: *blake3::hash(&canonical).as_bytes(),
+            };
+            match self.run_key(&job, resolution.as_deref_mut()).await? {
+                KeyEnd::Done(output) => outputs.push(output),
+                other => return Ok(other),
+            }
+        }
+        Ok(KeyEnd::Done(Value::Array(outputs)))
+    }
+
+    /// Reads the first-attempt time of a keyed key, recorded when it was first retried.
+    fn first_attempt_ms(&self, key: &Key) -> Result<Option<u64>, Error> {
+        let Some(bytes) = self.ledger.get_plan(&first_attempt_marker(key))? else { return Ok(None) };
+        let text = std::str::from_utf8(&bytes).map_err(|e| Error::Corrupt(e.to_string()))?;
+        Ok(Some(text.parse::<u64>().map_err(|e| Error::Corrupt(format!("first-attempt marker {text:?}: {e}")))?))
+    }
+
+    /// One key's life: decide, act, record, until it is done, paused or failed. Bounded by `decision_count_max`.
+    async fn run_key(&self, job: &KeyJob<'_>, mut resolution: Option<&mut PendingResolution<'_>>) -> Result<KeyEnd, Error> {
+        let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
+        let spec = &bound.spec;
+        let keyed_rules = self.config.policy == Policy::Rules && matches!(spec.class, GuaranteeClass::Keyed { .. });
+        let durable = !matches!(spec.class, GuaranteeClass::Keyed { .. });
+        let mut last: Option<LastCall> = None;
+        let mut person_retry = false;
+        for _ in 0..self.config.decision_count_max {
+            let record = self.ledger.get(&key)?;
+            let now_ms = self.clock.now_ms();
+            if let Some(pending) = resolution.as_deref_mut()
+                && !pending.consumed
+                && record.as_ref().is_none_or(|r| r.status != Status::Succeeded)
+            {
+                // The first key that is not succeeded is the one the run paused at.
+                if !pending.recorded {
+                    self.ledger.record_resolution(&ResolutionRecord {
+                        run_id: run_id.to_string(),
+                        key,
+                        resolution: pending.resolution.clone(),
+                        by: pending.by.to_string(),
+                        at_ms: now_ms,
+                    })?;
+                    pending.recorded = true;
+                    self.observer.event(&Event::RunResolved {
+                        run_id,
+                        key: &key,
+                        resolution: resolution_name(pending.resolution),
+                    });
+                    self.ledger.set_run_status(run_id, RunStatus::Running, None, now_ms)?;
+                }
+                match pending.resolution {
+                    Resolution::Abort => {
+                        return Ok(KeyEnd::Failed { reason: format!("aborted by {}", pending.by) });
+                    }
+                    Resolution::Retry => {
+                        person_retry = true;
+                        pending.consumed = true;
+                    }
+                    Resolution::MarkDone { output } => {
+                        let bytes = canonical::to_vec(output).map_err(Error::Trigger)?;
+                        let claim = self.claim(job, record.as_ref().map_or(0, |r| r.fence), true, now_ms);
+                        match self.ledger.claim(&claim)? {
+                            Claimed::Granted { fence, .. } => {
+                                pending.consumed = true;
+                                self.ledger.complete(&key, fence, &Completion::Succeeded { output: bytes }, now_ms)?;
+                                self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
+                                return Ok(KeyEnd::Done(output.clone()));
+                            }
+                            Claimed::Conflict(current) => {
+                                // Someone holds the key: wait for the lease, then adopt.
+                                sleep_ms(current.lease_expiry_ms.saturating_sub(now_ms).max(1)).await;
+                                continue;
+                            }
+                        }
+                    }
+                }
+            }
+            let first_attempt_ms = match &record {
+                Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
+                    self.first_attempt_ms(&key)?
+                }
+                _ => None,
+            };
+            let decision = decide::decide(&Input {
+                spec,
+                policy: self.config.policy,
+                retry: &self.config.retry,
+                seed: self.config.seed,
+                key: &key,
+                record: record.as_ref(),
+                last,
+                first_attempt_ms,
+                now_ms,
+                person_retry,
+            });
+            match decision {
+                Decision::Replay => {
+                    let record = record.expect("replay decided on a record");
+                    let bytes = record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
+                    let output = serde_json::from_slice(bytes)
+                        .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
+                    self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
+                    return Ok(KeyEnd::Done(output));
+                }
+                Decision::WaitUntil { until_ms } => sleep_ms(until_ms.saturating_sub(now_ms)).await,
+                Decision::Backoff { delay_ms } => {
+                    let attempt = record.as_ref().map_or(1, |r| r.attempt_count + 1);
+                    self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
+                    sleep_ms(delay_ms).await;
+                }
+                Decision::Pause(reason) => return Ok(KeyEnd::Paused { reason, key }),
+                Decision::Fail(reason) => return Ok(KeyEnd::Failed { reason }),
+                Decision::Attempt { expected_fence, lookup_first } => {
+                    if keyed_rules
+                        && let Some(r) = &record
+                        && r.attempt_count == 1
+                    {
+                        // The first retry: remember when the key was first sent (write-once), for the retention rule.
+                        self.ledger.record_run_plan(
+                            run_id,
+                            &first_attempt_marker(&key),
+                            r.last_attempt_ms.to_string().as_bytes(),
+                            now_ms,
+                        )?;
+                    }
+                    let claim = self.claim(job, expected_fence, durable || person_retry, now_ms);
+                    let (fence, attempt) = match self.ledger.claim(&claim)? {
+                        Claimed::Granted { fence, attempt } => (fence, attempt),
+                        // The record changed since it was read (another worker): read again and decide again.
+                        Claimed::Conflict(_) => continue,
+                    };
+                    person_retry = false;
+                    if lookup_first && spec.has_lookup {
+                        let prior_definite = record.as_ref().is_none_or(|r| r.status == Status::Failed);
+                        match self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
+                            Some(end) => return Ok(end),
+                            None => {} // nothing found: create
+                        }
+                        if self.ledger.get(&key)?.is_some_and(|r| r.fence != fence || r.status != Status::Started) {
+                            continue; // the lookup recorded its failure, or we lost the key
+                        }
+                    }
+                    self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
+                    self.observer.event(&Event::CallStarted { run_id, step_id, key: &key, action: &bound.full, attempt });
+                    let sent_key = match self.config.policy {
+                        Policy::Rules => key,
+                        Policy::Naive => naive_attempt_key(&key, attempt),
+                    };
+                    let request = Request { action: &spec.name, inputs, key: &sent_key, run_id, attempt };
+                    let outcome = bound.connector.call(request).await;
+                    self.maybe_halt(CrashPoint::AfterCallBeforeRecord, run_id, &key).await;
+                    self.observer.event(&Event::CallEnded {
+                        run_id,
+                        step_id,
+                        key: &key,
+                        action: &bound.full,
+                        attempt,
+                        outcome: outcome_name(&outcome),
+                    });
+                    let ended_ms = self.clock.now_ms();
+                    let mut retry_after_ms = None;
+                    let completion = match &outcome {
+                        Outcome::Applied(output) => match canonical::to_vec(output) {
+                            Ok(bytes) => Completion::Succeeded { output: bytes },
+                            Err(e) => Completion::Unknown {
+                                reason: format!("applied, but the output cannot be canonicalised: {e}"),
+                            },
+                        },
+                        Outcome::NotApplied(n) => {
+                            retry_after_ms = n.retry_after_ms;
+                            let mark = if n.retryable { "" } else { decide::PERMANENT_MARK };
+                            Completion::Failed { error: format!("{mark}{}", n.error) }
+                        }
+                        Outcome::Indeterminate(reason) => Completion::Unknown { reason: reason.clone() },
+                        Outcome::KeyReusedWithDifferentPayload(m) => {
+                            Completion::Failed { error: format!("{}{m}", decide::KEY_REUSED_MARK) }
+                        }
+                        Outcome::KeyInFlight => Completion::Unknown {
+                            reason: "a concurrent request with this key is in flight (409)".to_string(),
+                        },
+                    };
+                    match self.ledger.complete(&key, fence, &completion, ended_ms) {
+                        Ok(()) => {}
+                        // Our lease was taken over while we called: the new owner decides; read again.
+                        Err(ledger::Error::Fenced { .. }) => continue,
+                        Err(ledger::Error::OutputConflict { key }) => {
+                            panic!("key {key} succeeded twice with different outputs: two executions of one key")
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    if let (Outcome::Applied(output), Completion::Succeeded { .. }) = (outcome, &completion) {
+                        self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
+                        return Ok(KeyEnd::Done(output));
+                    }
+                    last = Some(LastCall { ended_ms, retry_after_ms });
+                }
+            }
+        }
+        Ok(KeyEnd::Paused {
+            reason: format!(
+                "step {step_id}: no decision reached within {} tries (a lease held elsewhere, or conflicts)",
+                self.config.decision_count_max
+            ),
+            key,
+        })
+    }
+
+    fn claim<'a>(&'a self, job: &KeyJob<'a>, expected_fence: u64, durable: bool, now_ms: u64) -> Claim<'a> {
+        Claim {
+            key: job.key,
+            run_id: job.run_id,
+            step_id: job.step_id,
+            action: &job.bound.full,
+            inputs_hash: job.inputs_hash,
+            worker: &self.config.worker_id,
+            now_ms,
+            lease_ms: self.config.lease_ms,
+            expected_fence,
+            durable,
+        }
+    }
+
+    /// Looks for an earlier create under the claimed attempt. Found: adopts it (the key succeeds with the found
+    /// record). Not found: `None`, the caller creates. The search failed: records the attempt as failed (when nothing
+    /// before it may have applied) or unknown, and returns `None` so the caller reads again.
+    async fn lookup(
+        &self,
+        job: &KeyJob<'_>,
+        attempt: u32,
+        fence: u64,
+        prior_definite: bool,
+        prior: Option<&ledger::StepRecord>,
+    ) -> Result<Option<KeyEnd>, Error> {
+        let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
+        let request = Request { action: &bound.spec.name, inputs, key: &key, run_id, attempt };
+        let found = bound.connector.lookup(request).await;
+        let now_ms = self.clock.now_ms();
+        self.observer.event(&Event::Lookup {
+            run_id,
+            step_id,
+            key: &key,
+            action: &bound.full,
+            found: matches!(found, LookupOutcome::Found(_)),
+        });
+        match found {
+            LookupOutcome::Found(output) => {
+                let bytes = match canonical::to_vec(&output) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let reason = format!("lookup found a record that cannot be canonicalised: {e}");
+                        self.complete_or_lost(&key, fence, &Completion::Unknown { reason }, now_ms)?;
+                        return Ok(None);
+                    }
+                };
+                if self.complete_or_lost(&key, fence, &Completion::Succeeded { output: bytes }, now_ms)? {
+                    self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
+                    return Ok(Some(KeyEnd::Done(output)));
+                }
+                Ok(None)
+            }
+            LookupOutcome::NotFound => Ok(None),
+            LookupOutcome::Failed(e) => {
+                let completion = if prior_definite {
+                    Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
+                } else {
+                    let earlier = prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
+                    Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
+                };
+                self.complete_or_lost(&key, fence, &completion, now_ms)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Completes under `fence`; false when another worker took the key over meanwhile.
+    fn complete_or_lost(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<bool, Error> {
+        match self.ledger.complete(key, fence, completion, now_ms) {
+            Ok(()) => Ok(true),
+            Err(ledger::Error::Fenced { .. }) => Ok(false),
+            Err(ledger::Error::OutputConflict { key }) => {
+                panic!("key {key} succeeded twice with different outputs: two executions of one key")
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}

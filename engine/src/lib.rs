@@ -13,6 +13,7 @@
 pub mod canonical;
 pub mod clock;
 pub mod connector;
+pub mod decide;
 pub mod event;
 pub mod executor;
 pub mod key;

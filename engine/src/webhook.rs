@@ -1,1 +1,202 @@
-//! Webhook intake: signature checks and deduplicated run starts. OWNER: executor work stream.
+//! Webhook intake: signature checks and deduplicated run starts.
+//!
+//! A delivery is (source, event id, body, signature). The engine checks the signature, derives the run id from
+//! (source, event id) with [`run_id`], and writes the inbox row and the run in one [`crate::ledger::Ledger::intake`]
+//! transaction, so a duplicate a second or a month later starts nothing (inbox rows are kept
+//! [`RETENTION_MS_DEFAULT`], 35 days, by default: senders retry for days and people resend by hand for weeks).
+//!
+//! Signatures are Stripe style: the header reads `t=<unix seconds>,v1=<hex HMAC-SHA256>` (several `v1` allowed,
+//! for secret rotation), the MAC is over `"{t}.{body}"`, and `t` must be within the source's tolerance of now.
+//! A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
+//! ([`crate::ledger::Ledger::record_rejected`]) and never run.
+//!
+//! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too (some
+//! senders emit two events for one change).
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// How long inbox rows are kept by default: 35 days.
+pub const RETENTION_MS_DEFAULT: u64 = 35 * 24 * 3600 * 1000;
+/// Stripe's default signature tolerance: 5 minutes.
+pub const TOLERANCE_MS_DEFAULT: u64 = 5 * 60 * 1000;
+/// The longest signature header accepted, so a hostile header cannot cost much.
+pub const SIGNATURE_LEN_MAX: usize = 4096;
+
+/// A configured webhook sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub name: String,
+    /// The shared signing secret; `None` accepts unsigned deliveries.
+    pub secret: Option<Vec<u8>>,
+    /// How far the signed timestamp may be from now, either way.
+    pub tolerance_ms: u64,
+    pub dedup_by_object: bool,
+    /// The workflow each new event starts.
+    pub workflow: String,
+}
+
+/// One delivery as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incoming {
+    pub event_id: String,
+    /// The raw body, a JSON document (the run's trigger).
+    pub body: Vec<u8>,
+    /// The signature header, `t=...,v1=...`.
+    pub signature: Option<String>,
+    /// The sender's timestamp of this delivery. When signed, it must agree with the signed `t` (to the second);
+    /// a disagreement means the timestamp was tampered with.
+    pub timestamp_ms: u64,
+    pub object_id: Option<String>,
+    pub event_type: Option<String>,
+}
+
+/// Why a delivery was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The source has a secret and the delivery carries no signature.
+    Unsigned,
+    /// The signature header is not `t=...,v1=...`.
+    MalformedSignature(String),
+    /// No `v1` signature matches the body and timestamp.
+    Forged,
+    /// The signed timestamp is further from now than the tolerance.
+    Stale { signed_ms: u64, now_ms: u64, tolerance_ms: u64 },
+    /// The delivery's timestamp disagrees with the signed one.
+    TimestampMismatch { signed_ms: u64, timestamp_ms: u64 },
+    /// The body is not a JSON document the engine can canonicalise.
+    InvalidBody(String),
+    /// The source names a workflow that is not registered.
+    UnknownWorkflow(String),
+    /// An empty event id cannot be deduplicated.
+    EmptyEventId,
+    /// The engine was halted at [`crate::event::CrashPoint::DuringWebhookIntake`] (crash injection): nothing was
+    /// written; the caller must treat the worker as dead.
+    Halted,
+    Ledger(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Unsigned => write!(f, "unsigned delivery refused: the source requires a signature"),
+            Error::MalformedSignature(why) => write!(f, "malformed signature header: {why}"),
+            Error::Forged => write!(f, "forged delivery refused: no signature matches the body and timestamp"),
+            Error::Stale { signed_ms, now_ms, tolerance_ms } => write!(
+                f,
+                "stale delivery refused: signed at {signed_ms} ms, now {now_ms} ms, tolerance {tolerance_ms} ms"
+            ),
+            Error::TimestampMismatch { signed_ms, timestamp_ms } => {
+                write!(f, "delivery timestamp {timestamp_ms} ms disagrees with the signed {signed_ms} ms")
+            }
+            Error::InvalidBody(why) => write!(f, "the body is not valid JSON: {why}"),
+            Error::UnknownWorkflow(name) => write!(f, "the source starts workflow {name:?}, which is not registered"),
+            Error::EmptyEventId => write!(f, "a delivery needs a non-empty event id"),
+            Error::Halted => write!(f, "the engine was halted during intake"),
+            Error::Ledger(why) => write!(f, "ledger error during intake: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl Error {
+    /// Is this a refusal of the delivery itself (recorded as rejected), rather than a failure of the engine?
+    pub fn is_rejection(&self) -> bool {
+        !matches!(self, Error::Halted | Error::Ledger(_) | Error::UnknownWorkflow(_))
+    }
+}
+
+/// The run id of an event: `wh-` and the first 32 hex digits of blake3(len-prefixed source, event id).
+pub fn run_id(source: &str, event_id: &str) -> String {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flow/webhook-run/v1");
+    for part in [source.as_bytes(), event_id.as_bytes()] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    let hash = hasher.finalize();
+    let mut out = String::with_capacity(35);
+    out.push_str("wh-");
+    for b in &hash.as_bytes()[..16] {
+        use std::fmt::Write;
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// The dedup key of a delivery, when the source dedups by object.
+pub fn dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
+    if !source.dedup_by_object {
+        return None;
+    }
+    match (&incoming.object_id, &incoming.event_type) {
+        (Some(object), Some(kind)) => Some(format!("{}/{object}/{kind}", object.len())),
+        _ => None,
+    }
+}
+
+fn mac(secret: &[u8], timestamp_s: u64, body: &[u8]) -> Hmac<Sha256> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(timestamp_s.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac
+}
+
+/// The signature header a sender would attach: `t=<seconds>,v1=<hex>`.
+pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
+    let timestamp_s = timestamp_ms / 1000;
+    let tag = mac(secret, timestamp_s, body).finalize().into_bytes();
+    let mut out = format!("t={timestamp_s},v1=");
+    for b in tag {
+        use std::fmt::Write;
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Checks a delivery's signature against the source at `now_ms`. Sources without a secret accept everything.
+pub fn verify(source: &Source, incoming: &Incoming, now_ms: u64) -> Result<(), Error> {
+    let Some(secret) = &source.secret else { return Ok(()) };
+    let header = incoming.signature.as_deref().ok_or(Error::Unsigned)?;
+    if header.len() > SIGNATURE_LEN_MAX {
+        return Err(Error::MalformedSignature(format!("longer than {SIGNATURE_LEN_MAX} bytes")));
+    }
+    let mut timestamp_s = None;
+    let mut candidates = Vec::new();
+    for item in header.split(',') {
+        match item.trim().split_once('=') {
+            Some(("t", t)) => {
+                timestamp_s = Some(t.parse::<u64>().map_err(|_| Error::MalformedSignature(format!("t={t}")))?);
+            }
+            Some(("v1", hex)) => candidates.push(hex),
+            Some(_) => {} // other schemes (v0) are ignored, as Stripe does
+            None => return Err(Error::MalformedSignature(format!("item {item:?} is not name=value"))),
+        }
+    }
+    let timestamp_s = timestamp_s.ok_or_else(|| Error::MalformedSignature("no t=".to_string()))?;
+    if candidates.is_empty() {
+        return Err(Error::MalformedSignature("no v1=".to_string()));
+    }
+    let expected = mac(secret, timestamp_s, &incoming.body);
+    // verify_slice compares in constant time.
+    if !candidates.iter().filter_map(|hex| unhex(hex)).any(|tag| expected.clone().verify_slice(&tag).is_ok()) {
+        return Err(Error::Forged);
+    }
+    let signed_ms = timestamp_s.saturating_mul(1000);
+    if incoming.timestamp_ms / 1000 != timestamp_s {
+        return Err(Error::TimestampMismatch { signed_ms, timestamp_ms: incoming.timestamp_ms });
+    }
+    if now_ms.abs_diff(signed_ms) > source.tolerance_ms {
+        return Err(Error::Stale { signed_ms, now_ms, tolerance_ms: source.tolerance_ms });
+    }
+    Ok(())
+}

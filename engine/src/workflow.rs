@@ -1,1 +1,389 @@
-//! Workflow definitions: named steps with templated inputs. OWNER: executor work stream.
+//! Workflow definitions: named steps with templated inputs, read from TOML or JSON and compiled once.
+//!
+//! A workflow is a name and a list of steps, run in order. Each step is exactly one of:
+//! - a single write: `action = "connector.action"` with `inputs`;
+//! - several writes: `writes = [{ action, inputs }, ...]`, whose list (the plan) is recorded before the first runs;
+//! - an agent step: `planner = "name"` with `inputs`; the planner proposes the writes, the plan is recorded, then
+//!   each write runs with its own key.
+//!
+//! Inputs are JSON (or TOML) values whose strings may be templates:
+//! - a string that is exactly `"{{trigger.a.b}}"` or `"{{steps.ID.output.x}}"` becomes that value, type kept;
+//! - `{{...}}` inside a longer string interpolates the value as text (strings bare, other values as JSON);
+//! - a path segment that is a number indexes an array (`{{steps.writes.output.0.id}}`).
+//!
+//! `steps.ID` may only name an earlier step. A path that does not resolve at run time renders as `null` (as text:
+//! empty). An optional `volatile = ["path", ...]` names input fields sent to the connector but left out of the key
+//! (see [`crate::key::without_volatile`]). `engine/workflows/signup.toml` is a commented example.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A validation or parse error; names the workflow, the step and the field where it can.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub workflow: String,
+    /// The step id, or empty for the workflow itself.
+    pub step: String,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.step.is_empty() {
+            write!(f, "workflow {:?}, field `{}`: {}", self.workflow, self.field, self.message)
+        } else {
+            write!(f, "workflow {:?}, step {:?}, field `{}`: {}", self.workflow, self.step, self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn error(workflow: &str, step: &str, field: &str, message: impl Into<String>) -> Error {
+    Error { workflow: workflow.to_string(), step: step.to_string(), field: field.to_string(), message: message.into() }
+}
+
+/// The file format, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowDef {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub steps: Vec<StepDef>,
+}
+
+/// One step, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepDef {
+    pub id: String,
+    #[serde(default)]
+    pub action: Option<String>,
+    #[serde(default)]
+    pub inputs: Option<Value>,
+    #[serde(default)]
+    pub writes: Option<Vec<WriteDef>>,
+    #[serde(default)]
+    pub planner: Option<String>,
+    #[serde(default)]
+    pub volatile: Vec<String>,
+}
+
+/// One write of a multi-write step, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteDef {
+    pub action: String,
+    #[serde(default)]
+    pub inputs: Option<Value>,
+}
+
+/// Where a template reference points.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    Trigger,
+    /// The output of the step at this index (always an earlier one).
+    Step(usize),
+}
+
+/// A reference: a source and a path into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    pub source: Source,
+    pub path: Vec<String>,
+}
+
+/// A part of an interpolated string.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    Reference(Reference),
+}
+
+/// A compiled input template.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Template {
+    /// No template anywhere inside: cloned as is.
+    Literal(Value),
+    /// A string that is exactly one reference: the referenced value, type kept.
+    Reference(Reference),
+    Interpolated(Vec<Part>),
+    Array(Vec<Template>),
+    Object(Vec<(String, Template)>),
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepKind {
+    Action { action: String, inputs: Template },
+    Writes(Vec<(String, Template)>),
+    Agent { planner: String, inputs: Template },
+}
+
+/// A compiled step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub id: String,
+    pub kind: StepKind,
+    pub volatile: Vec<String>,
+}
+
+/// A compiled workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub name: String,
+    pub steps: Vec<Step>,
+}
+
+impl Workflow {
+    pub fn from_toml(text: &str) -> Result<Self, Error> {
+        let def: WorkflowDef = toml::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
+        Self::compile(&def)
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, Error> {
+        let def: WorkflowDef = serde_json::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
+        Self::compile(&def)
+    }
+
+    /// Validates and compiles a definition: step ids unique and non-empty, exactly one of `action`/`writes`/
+    /// `planner`, actions written `connector.action`, templates well formed and naming only earlier steps.
+    pub fn compile(def: &WorkflowDef) -> Result<Self, Error> {
+        let wf = def.name.as_str();
+        if wf.is_empty() {
+            return Err(error(wf, "", "name", "must not be empty"));
+        }
+        if def.steps.is_empty() {
+            return Err(error(wf, "", "steps", "a workflow needs at least one step"));
+        }
+        let mut ids: Vec<&str> = Vec::with_capacity(def.steps.len());
+        let mut steps = Vec::with_capacity(def.steps.len());
+        for step in &def.steps {
+            let id = step.id.as_str();
+            if id.is_empty() {
+                return Err(error(wf, "", "id", format!("step number {} has an empty id", steps.len() + 1)));
+            }
+            if ids.contains(&id) {
+                return Err(error(wf, id, "id", "duplicate step id"));
+            }
+            let kinds = [step.action.is_some(), step.writes.is_some(), step.planner.is_some()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                return Err(error(wf, id, "action", "a step needs exactly one of `action`, `writes`, `planner`"));
+            }
+            let compile = |value: &Option<Value>, field: &str| {
+                compile_template(value.as_ref().unwrap_or(&Value::Object(Default::default())), &ids)
+                    .map_err(|m| error(wf, id, field, m))
+            };
+            let kind = if let Some(action) = &step.action {
+                check_action(action).map_err(|m| error(wf, id, "action", m))?;
+                StepKind::Action { action: action.clone(), inputs: compile(&step.inputs, "inputs")? }
+            } else if let Some(writes) = &step.writes {
+                if step.inputs.is_some() {
+                    return Err(error(wf, id, "inputs", "a `writes` step carries inputs per write"));
+                }
+                if writes.is_empty() {
+                    return Err(error(wf, id, "writes", "must list at least one write"));
+                }
+                let mut compiled = Vec::with_capacity(writes.len());
+                for (index, write) in writes.iter().enumerate() {
+                    check_action(&write.action).map_err(|m| error(wf, id, &format!("writes[{index}].action"), m))?;
+                    compiled.push((write.action.clone(), compile(&write.inputs, &format!("writes[{index}].inputs"))?));
+                }
+                StepKind::Writes(compiled)
+            } else {
+                let planner = step.planner.clone().expect("checked above");
+                if planner.is_empty() {
+                    return Err(error(wf, id, "planner", "must not be empty"));
+                }
+                StepKind::Agent { planner, inputs: compile(&step.inputs, "inputs")? }
+            };
+            for path in &step.volatile {
+                if path.is_empty() || path.split('.').any(str::is_empty) {
+                    return Err(error(wf, id, "volatile", format!("{path:?} is not a path like `a.b`")));
+                }
+            }
+            ids.push(id);
+            steps.push(Step { id: step.id.clone(), kind, volatile: step.volatile.clone() });
+        }
+        Ok(Workflow { name: def.name.clone(), steps })
+    }
+}
+
+/// Splits `connector.action`.
+pub fn split_action(action: &str) -> Option<(&str, &str)> {
+    let (connector, name) = action.split_once('.')?;
+    (!connector.is_empty() && !name.is_empty()).then_some((connector, name))
+}
+
+fn check_action(action: &str) -> Result<(), String> {
+    split_action(action).map(|_| ()).ok_or_else(|| format!("{action:?} is not written `connector.action`"))
+}
+
+fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String> {
+    Ok(match value {
+        Value::String(text) if text.contains("{{") => compile_string(text, earlier)?,
+        Value::Array(items) => {
+            let compiled = items.iter().map(|v| compile_template(v, earlier)).collect::<Result<Vec<_>, _>>()?;
+            if compiled.iter().all(|t| matches!(t, Template::Literal(_))) {
+                Template::Literal(value.clone())
+            } else {
+                Template::Array(compiled)
+            }
+        }
+        Value::Object(map) => {
+            let mut compiled = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                compiled.push((k.clone(), compile_template(v, earlier).map_err(|m| format!("at `{k}`: {m}"))?));
+            }
+            if compiled.iter().all(|(_, t)| matches!(t, Template::Literal(_))) {
+                Template::Literal(value.clone())
+            } else {
+                Template::Object(compiled)
+            }
+        }
+        other => Template::Literal(other.clone()),
+    })
+}
+
+/// The bound on template references in one string, so a hostile definition cannot make compilation quadratic.
+const REFERENCE_COUNT_MAX: usize = 64;
+
+fn compile_string(text: &str, earlier: &[&str]) -> Result<Template, String> {
+    let mut parts = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        if parts.len() > 2 * REFERENCE_COUNT_MAX {
+            return Err(format!("more than {REFERENCE_COUNT_MAX} references in one string"));
+        }
+        if open > 0 {
+            parts.push(Part::Text(rest[..open].to_string()));
+        }
+        let after = &rest[open + 2..];
+        let close = after.find("}}").ok_or_else(|| format!("unclosed `{{{{` in {text:?}"))?;
+        parts.push(Part::Reference(compile_reference(after[..close].trim(), earlier)?));
+        rest = &after[close + 2..];
+    }
+    if !rest.is_empty() {
+        parts.push(Part::Text(rest.to_string()));
+    }
+    if let [Part::Reference(reference)] = parts.as_slice() {
+        return Ok(Template::Reference(reference.clone()));
+    }
+    Ok(Template::Interpolated(parts))
+}
+
+fn compile_reference(text: &str, earlier: &[&str]) -> Result<Reference, String> {
+    let mut segments = text.split('.');
+    match segments.next() {
+        Some("trigger") => {
+            let path: Vec<String> = segments.map(str::to_string).collect();
+            if path.iter().any(String::is_empty) {
+                return Err(format!("`{{{{{text}}}}}` has an empty path segment"));
+            }
+            Ok(Reference { source: Source::Trigger, path })
+        }
+        Some("steps") => {
+            let id = segments.next().ok_or_else(|| format!("`{{{{{text}}}}}` names no step"))?;
+            let index = earlier
+                .iter()
+                .position(|e| *e == id)
+                .ok_or_else(|| format!("`{{{{{text}}}}}` names step {id:?}, which is not an earlier step"))?;
+            if segments.next() != Some("output") {
+                return Err(format!("`{{{{{text}}}}}` must read `steps.{id}.output...`"));
+            }
+            let path: Vec<String> = segments.map(str::to_string).collect();
+            if path.iter().any(String::is_empty) {
+                return Err(format!("`{{{{{text}}}}}` has an empty path segment"));
+            }
+            Ok(Reference { source: Source::Step(index), path })
+        }
+        _ => Err(format!("`{{{{{text}}}}}` must start with `trigger` or `steps`")),
+    }
+}
+
+/// Renders a template against the trigger and the outputs of the earlier steps (by index).
+pub fn render(template: &Template, trigger: &Value, outputs: &[Value]) -> Value {
+    match template {
+        Template::Literal(value) => value.clone(),
+        Template::Reference(reference) => resolve(reference, trigger, outputs).cloned().unwrap_or(Value::Null),
+        Template::Interpolated(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match part {
+                    Part::Text(t) => text.push_str(t),
+                    Part::Reference(reference) => match resolve(reference, trigger, outputs) {
+                        Some(Value::String(s)) => text.push_str(s),
+                        Some(Value::Null) | None => {}
+                        Some(other) => text.push_str(&other.to_string()),
+                    },
+                }
+            }
+            Value::String(text)
+        }
+        Template::Array(items) => Value::Array(items.iter().map(|t| render(t, trigger, outputs)).collect()),
+        Template::Object(members) => {
+            Value::Object(members.iter().map(|(k, t)| (k.clone(), render(t, trigger, outputs))).collect())
+        }
+    }
+}
+
+fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [Value]) -> Option<&'v Value> {
+    let mut value = match reference.source {
+        Source::Trigger => trigger,
+        Source::Step(index) => outputs.get(index)?,
+    };
+    for segment in &reference.path {
+        value = match value {
+            Value::Object(map) => map.get(segment)?,
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rendering_keeps_types_and_interpolates() {
+        let wf = Workflow::from_json(
+            &json!({"name": "w", "steps": [
+                {"id": "a", "action": "c.x", "inputs": {"n": "{{trigger.n}}", "s": "id-{{trigger.n}}-{{trigger.s}}"}},
+                {"id": "b", "action": "c.y", "inputs": {"from": "{{steps.a.output.list.1}}", "lit": [1, "x"]}}
+            ]})
+            .to_string(),
+        )
+        .expect("valid");
+        let trigger = json!({"n": 7, "s": "z"});
+        let StepKind::Action { inputs, .. } = &wf.steps[0].kind else { panic!("action step") };
+        assert_eq!(render(inputs, &trigger, &[]), json!({"n": 7, "s": "id-7-z"}));
+        let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
+        assert_eq!(render(inputs, &trigger, &[json!({"list": [0, {"k": true}]})]), json!({"from": {"k": true}, "lit": [1, "x"]}));
+    }
+
+    #[test]
+    fn validation_errors_name_step_and_field() {
+        let cases: &[(Value, &str, &str)] = &[
+            (json!({"name": "w", "steps": []}), "", "steps"),
+            (json!({"name": "w", "steps": [{"id": "a"}]}), "a", "action"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "nodot"}]}), "a", "action"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x"}, {"id": "a", "action": "c.x"}]}), "a", "id"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{steps.b.output}}"}}]}), "a", "inputs"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{nope.x}}"}}]}), "a", "inputs"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{trigger.x"}}]}), "a", "inputs"),
+            (json!({"name": "w", "steps": [{"id": "a", "writes": [{"action": "c.x", "inputs": {"v": "{{x}}"}}]}]}), "a", "writes[0].inputs"),
+            (json!({"name": "w", "steps": [{"id": "a", "writes": []}]}), "a", "writes"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "planner": "p"}]}), "a", "action"),
+            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "volatile": ["a..b"]}]}), "a", "volatile"),
+        ];
+        for (def, step, field) in cases {
+            let err = Workflow::from_json(&def.to_string()).expect_err(&def.to_string());
+            assert_eq!((err.step.as_str(), err.field.as_str()), (*step, *field), "{def}: {err}");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The executor's pure decision core: what to do next with one key, as a function of data only.
+//!
+//! The driver in [`crate::executor`] reads the key's ledger record, asks [`decide`] what to do, performs exactly that
+//! (a wait, a claim then maybe a lookup then a call, a pause...), records what happened, and asks again. Nothing in
+//! this module does I/O, reads a clock or draws randomness (jitter is a hash of the seed, the key and the attempt),
+//! so every rule of `DESIGN.md` is tested here as a table: record and last outcome in, decision out.
+//!
+//! How the rules map onto decisions (policy [`Policy::Rules`]):
+//!
+//! | record as read | keyed | lookup-before-create | at-most-once |
+//! |---|---|---|---|
+//! | none | attempt | attempt, lookup first | attempt |
+//! | succeeded | replay | replay | replay |
+//! | started, lease unexpired | wait for the lease | same | same |
+//! | failed (definitely not applied), retryable | back off, attempt | back off, attempt, lookup first | pause |
+//! | failed, permanent | fail | fail | fail |
+//! | failed, key reused with another payload | pause | pause | pause |
+//! | unknown, or started with an expired lease (a crash) | inside retention: back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt, then attempt with lookup first | pause |
+//!
+//! Attempts are bounded by [`RetryPolicy::attempt_count_max`]: when it is reached and the last attempt definitely
+//! did not apply the step fails, otherwise the run pauses. Why a `failed` record means *every* attempt under that
+//! key did not apply: a keyed API replays its stored answer for a key it has seen (so a definite failure under the
+//! same key, inside the retention window, covers the earlier attempts), and a lookup-before-create attempt only
+//! creates after a lookup past the lag bound found nothing.
+//!
+//! Policy [`Policy::Naive`] is the baseline "before the rules": a fresh connector key per attempt, no lookups, every
+//! failure retried while attempts remain, and the step failed when they run out.
+
+use crate::connector::{ActionSpec, GuaranteeClass};
+use crate::key::Key;
+use crate::ledger::{Status, StepRecord};
+
+/// Which engine runs: the rules of `DESIGN.md`, or the naive baseline they replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Policy {
+    #[default]
+    Rules,
+    /// Fresh connector key per attempt, no lookups, retries everything.
+    Naive,
+}
+
+/// Bounded exponential backoff with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RetryPolicy {
+    /// Attempts per key, the first included, before the step fails or pauses.
+    pub attempt_count_max: u32,
+    pub backoff_ms_base: u64,
+    pub backoff_ms_max: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { attempt_count_max: 5, backoff_ms_base: 100, backoff_ms_max: 30_000 }
+    }
+}
+
+/// Prefix of a recorded error that must never be retried (a non-retryable `NotApplied`).
+pub const PERMANENT_MARK: &str = "[permanent] ";
+/// Prefix of a recorded error that says the API saw this key with another payload.
+pub const KEY_REUSED_MARK: &str = "[key-reused] ";
+
+/// What the driver knows beyond the ledger record: the end of the call it made itself in this drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastCall {
+    pub ended_ms: u64,
+    /// The API's retry-after, if it gave one.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Everything [`decide`] looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub spec: &'a ActionSpec,
+    pub policy: Policy,
+    pub retry: &'a RetryPolicy,
+    pub seed: u64,
+    pub key: &'a Key,
+    /// The key's record as just read (none when the key was never claimed).
+    pub record: Option<&'a StepRecord>,
+    /// The call this drive made on this key last, if any.
+    pub last: Option<LastCall>,
+    /// When the key was first attempted, if known (from the ledger); the retention window of a keyed API is measured
+    /// from it. Unknown with more than one attempt means "assume the window is over".
+    pub first_attempt_ms: Option<u64>,
+    pub now_ms: u64,
+    /// A person decided to send it once more (resolution `Retry`): one attempt, whatever the class and count.
+    pub person_retry: bool,
+}
+
+/// What to do next with one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The key succeeded: return its stored output without calling.
+    Replay,
+    /// Claim the key with `expected_fence` (the fence read), then look up first if `lookup_first` (adopting what is
+    /// found), else (or when nothing is found) call.
+    Attempt { expected_fence: u64, lookup_first: bool },
+    /// Wait until `until_ms` (another worker's lease, a lookup connector's lag bound), then read and decide again.
+    WaitUntil { until_ms: u64 },
+    /// A retry: wait `delay_ms` (from now), then read and decide again.
+    Backoff { delay_ms: u64 },
+    /// Stop the run for a person, with the reason and the evidence.
+    Pause(String),
+    /// The step failed: every attempt definitely did not apply.
+    Fail(String),
+}
+
+/// The backoff before attempt `attempt` (counting from 2 for the first retry): `base * 2^(attempt-2)`, capped, with
+/// "equal jitter" (half fixed, half drawn) from a hash of (seed, key, attempt), so the delay does not depend on
+/// which task ran first.
+pub fn backoff_ms(retry: &RetryPolicy, seed: u64, key: &Key, attempt: u32) -> u64 {
+    let exponent = attempt.saturating_sub(2).min(32);
+    let ceiling = retry.backoff_ms_base.saturating_mul(1u64 << exponent).min(retry.backoff_ms_max);
+    let half = ceiling / 2;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flow/jitter/v1");
+    hasher.update(&seed.to_le_bytes());
+    hasher.update(&key.0);
+    hasher.update(&attempt.to_le_bytes());
+    let draw = u64::from_le_bytes(hasher.finalize().as_bytes()[..8].try_into().expect("8 bytes"));
+    half + if ceiling - half == 0 { 0 } else { draw % (ceiling - half + 1) }
+}
+
+/// The decision for one key. See the module documentation for the table.
+pub fn decide(input: &Input<'_>) -> Decision {
+    let Some(record) = input.record else {
+        return Decision::Attempt { expected_fence: 0, lookup_first: looks_first(input) };
+    };
+    let attempt = record.attempt_count;
+    match record.status {
+        Status::Succeeded => Decision::Replay,
+        Status::Started if record.lease_expiry_ms > input.now_ms => {
+            Decision::WaitUntil { until_ms: record.lease_expiry_ms }
+        }
+        _ if input.person_retry => Decision::Attempt { expected_fence: record.fence, lookup_first: false },
+        Status::Failed => after_failure(input, record),
+        Status::Unknown | Status::Started => {
+            let why = match (record.status, record.error.as_deref()) {
+                (Status::Started, _) => "the worker stopped during the attempt (its lease expired)",
+                (_, Some(reason)) => reason,
+                (_, None) => "indeterminate outcome",
+            };
+            after_indeterminate(input, record, why, attempt)
+        }
+    }
+}
+
+fn looks_first(input: &Input<'_>) -> bool {
+    input.policy == Policy::Rules && matches!(input.spec.class, GuaranteeClass::LookupBeforeCreate { .. })
+}
+
+fn evidence(record: &StepRecord, what: &str) -> String {
+    format!(
+        "{what}: action {} step {} attempt {} at {} ms: {}",
+        record.action,
+        record.step_id,
+        record.attempt_count,
+        record.last_attempt_ms,
+        record.error.as_deref().unwrap_or("worker stopped during the attempt")
+    )
+}
+
+/// Retry after `delay`, or claim now when the delay is over.
+fn retry_when_due(input: &Input<'_>, record: &StepRecord, lookup_first: bool) -> Decision {
+    let delay_ms = backoff_ms(input.retry, input.seed, input.key, record.attempt_count + 1);
+    let (since_ms, delay_ms) = match input.last {
+        Some(last) => (last.ended_ms, delay_ms.max(last.retry_after_ms.unwrap_or(0))),
+        None => (record.last_attempt_ms, delay_ms),
+    };
+    let due_ms = since_ms.saturating_add(delay_ms);
+    if due_ms > input.now_ms {
+        Decision::Backoff { delay_ms: due_ms - input.now_ms }
+    } else {
+        Decision::Attempt { expected_fence: record.fence, lookup_first }
+    }
+}
+
+fn after_failure(input: &Input<'_>, record: &StepRecord) -> Decision {
+    let error = record.error.as_deref().unwrap_or("");
+    if error.starts_with(KEY_REUSED_MARK) {
+        if input.policy == Policy::Naive {
+            return Decision::Fail(evidence(record, "the key was reused with a different payload"));
+        }
+        // The earlier request under this key may have applied (a volatile field changed between attempts, or a
+        // bug changed the inputs without changing the key), and a failed run must carry no effect (I3): a person
+        // decides. Never "fixed" by a new key.
+        return Decision::Pause(evidence(record, "the key was reused with a different payload"));
+    }
+    if error.starts_with(PERMANENT_MARK) {
+        return Decision::Fail(evidence(record, "the call was refused and cannot be retried"));
+    }
+    if input.policy == Policy::Rules && input.spec.class == GuaranteeClass::AtMostOnce {
+        return Decision::Pause(evidence(record, "an at-most-once action is never retried automatically"));
+    }
+    if record.attempt_count >= input.retry.attempt_count_max {
+        return Decision::Fail(evidence(record, "attempts exhausted, none applied"));
+    }
+    retry_when_due(input, record, looks_first(input))
+}
+
+fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attempt: u32) -> Decision {
+    if input.policy == Policy::Naive {
+        if attempt >= input.retry.attempt_count_max {
+            return Decision::Fail(evidence(record, "attempts exhausted"));
+        }
+        return retry_when_due(input, record, false);
+    }
+    match input.spec.class {
+        GuaranteeClass::AtMostOnce => Decision::Pause(evidence(
+            record,
+            &format!("at-most-once action may have applied ({why}); a person must decide"),
+        )),
+        _ if attempt >= input.retry.attempt_count_max => {
+            Decision::Pause(evidence(record, &format!("attempts exhausted after an indeterminate outcome ({why})")))
+        }
+        GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => {
+            // A create becomes searchable within the lag bound: look only once it has passed since that attempt.
+            let visible_ms = record.last_attempt_ms.saturating_add(lag_bound_ms);
+            if visible_ms > input.now_ms {
+                return Decision::WaitUntil { until_ms: visible_ms };
+            }
+            retry_when_due(input, record, true)
+        }
+        GuaranteeClass::Keyed { retention_ms } => {
+            let first_ms = match input.first_attempt_ms {
+                Some(first_ms) => Some(first_ms),
+                None if attempt <= 1 => Some(record.last_attempt_ms),
+                None => None,
+            };
+            let inside = first_ms.is_some_and(|first_ms| input.now_ms < first_ms.saturating_add(retention_ms));
+            if inside {
+                retry_when_due(input, record, false)
+            } else if input.spec.has_lookup {
+                retry_when_due(input, record, true)
+            } else {
+                Decision::Pause(evidence(
+                    record,
+                    &format!("past the key retention window of {retention_ms} ms and no lookup ({why})"),
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! Test doubles for the executor tests: a scripted connector (a fixed sequence of outcomes in; the calls made and the
+//! effects committed out), a scripted planner whose answer changes from call to call, and a recording observer that
+//! can halt the engine at a crash point. They run under real tokio and under madsim alike (time comes from the
+//! runtime clock, no threads, no randomness).
+
+#![allow(dead_code, reason = "each test file uses a different subset of the helpers")]
+
+use engine::clock::{Clock, RuntimeClock};
+use engine::connector::{
+    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request,
+};
+use engine::event::{CrashPoint, Event, Observer};
+use engine::executor::{Engine, EngineConfig, Planner, PlannedAction, RetryPolicy};
+use engine::key::Key;
+use engine::ledger::memory::MemoryLedger;
+use engine::ledger::Ledger;
+use engine::workflow::Workflow;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the next call to a scripted action does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Commit (a keyed API replays an earlier commit of the same key instead) and answer `Applied`.
+    Apply,
+    /// Commit, then the answer is lost: `Indeterminate`.
+    ApplyThenTimeout,
+    /// Nothing committed; `Indeterminate` (a timeout before the request arrived).
+    TimeoutBefore,
+    /// Nothing committed; a definite, retryable failure (a 503 before processing).
+    FailRetryable,
+    /// Nothing committed; a definite, permanent failure (a validation error).
+    FailPermanent,
+    /// Nothing committed; `idempotency_error`.
+    KeyReused,
+    /// Nothing committed; 409 concurrent request.
+    InFlight,
+}
+
+/// One committed effect: the fakes' ground truth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub action: String,
+    pub key: Key,
+    pub inputs: Value,
+    pub id: u64,
+    pub committed_ms: u64,
+}
+
+/// One call or lookup as the connector saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub what: &'static str,
+    pub action: String,
+    pub key: Key,
+    pub attempt: u32,
+}
+
+#[derive(Default)]
+struct State {
+    script: VecDeque<Fate>,
+    effects: Vec<Effect>,
+    seen: Vec<Seen>,
+}
+
+/// A connector whose calls follow a script; after the script runs out every call is `Apply`.
+pub struct Scripted {
+    name: String,
+    actions: Vec<ActionSpec>,
+    /// How long after a commit a lookup can see it.
+    pub lag_ms: u64,
+    clock: RuntimeClock,
+    state: Mutex<State>,
+}
+
+impl Scripted {
+    pub fn new(name: &str, actions: Vec<ActionSpec>, script: &[Fate]) -> Arc<Self> {
+        Self::with_lag(name, actions, script, 0)
+    }
+
+    pub fn with_lag(name: &str, actions: Vec<ActionSpec>, script: &[Fate], lag_ms: u64) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_string(),
+            actions,
+            lag_ms,
+            clock: RuntimeClock::new(0),
+            state: Mutex::new(State { script: script.iter().copied().collect(), ..State::default() }),
+        })
+    }
+
+    pub fn push_script(&self, fates: &[Fate]) {
+        self.state.lock().unwrap().script.extend(fates.iter().copied());
+    }
+
+    pub fn effects(&self) -> Vec<Effect> {
+        self.state.lock().unwrap().effects.clone()
+    }
+
+    pub fn calls(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.iter().filter(|s| s.what == "call").cloned().collect()
+    }
+
+    pub fn lookups(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.iter().filter(|s| s.what == "lookup").cloned().collect()
+    }
+
+    fn spec(&self, action: &str) -> ActionSpec {
+        self.actions.iter().find(|a| a.name == action).cloned().expect("scripted action")
+    }
+}
+
+fn output_of(effect: &Effect) -> Value {
+    json!({ "id": effect.id, "action": effect.action, "inputs": effect.inputs })
+}
+
+impl Connector for Scripted {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn actions(&self) -> &[ActionSpec] {
+        &self.actions
+    }
+
+    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            // Every call takes a millisecond, so time moves on.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let now_ms = self.clock.now_ms();
+            let keyed = matches!(self.spec(request.action).class, GuaranteeClass::Keyed { .. });
+            let mut state = self.state.lock().unwrap();
+            state.seen.push(Seen {
+                what: "call",
+                action: request.action.to_string(),
+                key: *request.key,
+                attempt: request.attempt,
+            });
+            let fate = state.script.pop_front().unwrap_or(Fate::Apply);
+            let commit = |state: &mut State| -> Value {
+                if keyed && let Some(earlier) = state.effects.iter().find(|e| e.key == *request.key) {
+                    return output_of(earlier);
+                }
+                let effect = Effect {
+                    action: request.action.to_string(),
+                    key: *request.key,
+                    inputs: request.inputs.clone(),
+                    id: state.effects.len() as u64 + 1,
+                    committed_ms: now_ms,
+                };
+                let out = output_of(&effect);
+                state.effects.push(effect);
+                out
+            };
+            match fate {
+                Fate::Apply => Outcome::Applied(commit(&mut state)),
+                Fate::ApplyThenTimeout => {
+                    commit(&mut state);
+                    Outcome::Indeterminate("timeout after commit".to_string())
+                }
+                Fate::TimeoutBefore => Outcome::Indeterminate("timeout".to_string()),
+                Fate::FailRetryable => Outcome::NotApplied(NotApplied {
+                    error: "503 unavailable".to_string(),
+                    retryable: true,
+                    retry_after_ms: Some(2),
+                }),
+                Fate::FailPermanent => Outcome::NotApplied(NotApplied {
+                    error: "400 invalid email".to_string(),
+                    retryable: false,
+                    retry_after_ms: None,
+                }),
+                Fate::KeyReused => Outcome::KeyReusedWithDifferentPayload("idempotency_error".to_string()),
+                Fate::InFlight => Outcome::KeyInFlight,
+            }
+        })
+    }
+
+    fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let now_ms = self.clock.now_ms();
+            let mut state = self.state.lock().unwrap();
+            state.seen.push(Seen {
+                what: "lookup",
+                action: request.action.to_string(),
+                key: *request.key,
+                attempt: request.attempt,
+            });
+            match state.effects.iter().find(|e| e.key == *request.key && e.committed_ms + self.lag_ms <= now_ms) {
+                Some(effect) => LookupOutcome::Found(output_of(effect)),
+                None => LookupOutcome::NotFound,
+            }
+        })
+    }
+}
+
+pub fn keyed(name: &str, retention_ms: u64, has_lookup: bool) -> ActionSpec {
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup }
+}
+
+pub fn lookup(name: &str, lag_bound_ms: u64) -> ActionSpec {
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms }, has_lookup: true }
+}
+
+pub fn at_most_once(name: &str) -> ActionSpec {
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::AtMostOnce, has_lookup: false }
+}
+
+/// A planner whose plan differs on every call (a model that changes its mind); counts its calls.
+pub struct FlakyPlanner {
+    pub calls: Mutex<u32>,
+    pub action: String,
+    pub writes: usize,
+}
+
+impl FlakyPlanner {
+    pub fn new(action: &str, writes: usize) -> Arc<Self> {
+        Arc::new(Self { calls: Mutex::new(0), action: action.to_string(), writes })
+    }
+
+    pub fn call_count(&self) -> u32 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+impl Planner for FlakyPlanner {
+    fn plan<'a>(
+        &'a self,
+        _run_id: &'a str,
+        _step_id: &'a str,
+        inputs: &'a Value,
+    ) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
+        Box::pin(async move {
+            let answer = {
+                let mut calls = self.calls.lock().unwrap();
+                *calls += 1;
+                *calls
+            };
+            Ok((0..self.writes)
+                .map(|i| PlannedAction {
+                    action: self.action.clone(),
+                    inputs: json!({ "ticket": inputs["ticket"], "write": i, "answer": answer }),
+                })
+                .collect())
+        })
+    }
+}
+
+/// Records events (as short lines) and halts the engine at the `nth` (from 1) occurrence of `halt` if set.
+#[derive(Default)]
+pub struct Recorder {
+    pub lines: Mutex<Vec<String>>,
+    pub halt: Mutex<Option<(CrashPoint, u32)>>,
+    pub halted: Mutex<bool>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn halting_at(point: CrashPoint, nth: u32) -> Arc<Self> {
+        let r = Self::default();
+        *r.halt.lock().unwrap() = Some((point, nth));
+        Arc::new(r)
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    pub fn count(&self, prefix: &str) -> usize {
+        self.lines.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
+    }
+
+    pub fn was_halted(&self) -> bool {
+        *self.halted.lock().unwrap()
+    }
+}
+
+impl Observer for Recorder {
+    fn event(&self, event: &Event<'_>) {
+        let line = match event {
+            Event::RunStarted { .. } => "run-started".to_string(),
+            Event::WebhookDuplicate { event_id, .. } => format!("webhook-duplicate {event_id}"),
+            Event::WebhookRejected { event_id, .. } => format!("webhook-rejected {event_id}"),
+            Event::Replayed { step_id, .. } => format!("replayed {step_id}"),
+            Event::PlanRecorded { step_id, writes, reused, .. } => format!("plan {step_id} {writes} reused={reused}"),
+            Event::CallStarted { action, attempt, .. } => format!("call {action} #{attempt}"),
+            Event::CallEnded { action, outcome, .. } => format!("ended {action} {outcome}"),
+            Event::Lookup { action, found, .. } => format!("lookup {action} found={found}"),
+            Event::StepSucceeded { action, .. } => format!("succeeded {action}"),
+            Event::RetryScheduled { attempt, .. } => format!("retry #{attempt}"),
+            Event::RunPaused { step_id, .. } => format!("paused {step_id}"),
+            Event::RunResolved { resolution, .. } => format!("resolved {resolution}"),
+            Event::RunSucceeded { .. } => "run-succeeded".to_string(),
+            Event::RunFailed { reason, .. } => format!("run-failed {reason}"),
+        };
+        self.lines.lock().unwrap().push(line);
+    }
+
+    fn halt_at(&self, point: CrashPoint, _run_id: &str, _key: &Key) -> bool {
+        let mut halt = self.halt.lock().unwrap();
+        match &mut *halt {
+            Some((p, nth)) if *p == point => {
+                *nth -= 1;
+                if *nth == 0 {
+                    *halt = None;
+                    *self.halted.lock().unwrap() = true;
+                    return true;
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Test settings: small waits so real-time runs stay fast.
+pub fn config(worker: &str) -> EngineConfig {
+    let mut config = EngineConfig::new(worker);
+    config.lease_ms = 40;
+    config.seed = 7;
+    config.retry = RetryPolicy { attempt_count_max: 4, backoff_ms_base: 1, backoff_ms_max: 4 };
+    config
+}
+
+/// An engine over `ledger` with the connectors, planners and workflows given (workflows as JSON text).
+pub fn engine(
+    config: EngineConfig,
+    ledger: Arc<dyn Ledger>,
+    observer: Arc<dyn Observer>,
+    connectors: &[Arc<dyn Connector>],
+    planners: &[(&str, Arc<dyn Planner>)],
+    workflows: &[Value],
+) -> Engine {
+    let mut engine = Engine::new(config, ledger, Arc::new(RuntimeClock::new(1_000_000)), observer);
+    for c in connectors {
+        engine.register_connector(c.clone());
+    }
+    for (name, p) in planners {
+        engine.register_planner(name, p.clone());
+    }
+    for w in workflows {
+        engine.register_workflow(Workflow::from_json(&w.to_string()).expect("valid workflow")).expect("registered");
+    }
+    engine
+}
+
+pub fn memory_ledger() -> Arc<MemoryLedger> {
+    Arc::new(MemoryLedger::new())
+}
+
+/// A one-step workflow calling `action` with the trigger's `email` and `amount`.
+pub fn one_step(name: &str, action: &str) -> Value {
+    json!({ "name": name, "steps": [
+        { "id": "only", "action": action, "inputs": { "email": "{{trigger.email}}", "amount": "{{trigger.amount}}" } }
+    ]})
+}
+
+/// Drives `run_id` until it finishes or the engine halts at the recorder's crash point (then the future is dropped:
+/// a crash). Returns the status, or `None` when it was crashed.
+pub async fn drive_until_halt(engine: &Engine, recorder: &Recorder, run_id: &str) -> Option<engine::ledger::RunStatus> {
+    let halted = async {
+        // Bounded: a working drive finishes in milliseconds.
+        for _ in 0..10_000 {
+            if recorder.was_halted() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the drive neither finished nor halted within 10 s");
+    };
+    tokio::select! {
+        biased;
+        status = engine.drive(run_id) => Some(status.expect("drive")),
+        () = halted => None,
+    }
+}

@@ -1,0 +1,289 @@
+//! The executor's rules, as tables: a guarantee class and a scripted sequence of outcomes in; the run's status, the
+//! calls and lookups made, the effects committed and the key's final ledger record out. Runs under real tokio
+//! (`cargo test -p engine`) and under madsim (`cargo sim-test -p engine`).
+
+mod common;
+
+use common::*;
+use engine::connector::{ActionSpec, Connector};
+use engine::event::CrashPoint;
+use engine::executor::{Engine, Error, Policy};
+use engine::key;
+use engine::ledger::{Ledger, Resolution, RunStatus, Status};
+use serde_json::json;
+use std::sync::Arc;
+
+struct Case {
+    name: &'static str,
+    spec: ActionSpec,
+    policy: Policy,
+    /// The connector's visibility lag (lookups see a commit this long after it).
+    lag_ms: u64,
+    script: &'static [Fate],
+    status: RunStatus,
+    calls: usize,
+    lookups: usize,
+    effects: usize,
+    record: Status,
+}
+
+fn cases() -> Vec<Case> {
+    use Fate::*;
+    let k = || keyed("charge", 60_000, false);
+    let rules = Policy::Rules;
+    let c = |name, spec, script, status, calls, lookups, effects, record| Case {
+        name,
+        spec,
+        policy: rules,
+        lag_ms: 0,
+        script,
+        status,
+        calls,
+        lookups,
+        effects,
+        record,
+    };
+    use RunStatus::{Failed, Paused, Succeeded};
+    vec![
+        c("keyed: applies once", k(), &[], Succeeded, 1, 0, 1, Status::Succeeded),
+        c("keyed: commit then timeout resends the same key, one effect", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 1, Status::Succeeded),
+        c("keyed: timeout before commit resends", k(), &[TimeoutBefore], Succeeded, 2, 0, 1, Status::Succeeded),
+        c("keyed: retryable failures back off and retry", k(), &[FailRetryable, FailRetryable], Succeeded, 3, 0, 1, Status::Succeeded),
+        c("keyed: a permanent failure fails the step", k(), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
+        c("keyed: attempts exhausted, none applied: failed", k(), &[FailRetryable; 4], Failed, 4, 0, 0, Status::Failed),
+        c("keyed: attempts exhausted after indeterminate: paused", k(), &[TimeoutBefore; 4], Paused, 4, 0, 0, Status::Unknown),
+        c("keyed: key reused with another payload pauses, no new key", k(), &[KeyReused], Paused, 1, 0, 0, Status::Failed),
+        c("keyed: 409 in flight waits and resends the same key", k(), &[InFlight, InFlight], Succeeded, 3, 0, 1, Status::Succeeded),
+        c("keyed: past retention without lookup pauses", keyed("charge", 0, false), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
+        c("keyed: past retention with lookup adopts", keyed("charge", 0, true), &[ApplyThenTimeout], Succeeded, 1, 1, 1, Status::Succeeded),
+        c("keyed: past retention with lookup, nothing found, creates", keyed("charge", 0, true), &[TimeoutBefore], Succeeded, 2, 1, 1, Status::Succeeded),
+        Case { lag_ms: 10, ..c("lookup: looks first even on the first attempt", lookup("contact", 20), &[], Succeeded, 1, 1, 1, Status::Succeeded) },
+        Case { lag_ms: 10, ..c("lookup: commit then timeout, lag under the bound: adopts, no duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 1, 2, 1, Status::Succeeded) },
+        Case { lag_ms: 10, ..c("lookup: timeout before commit: looks, creates", lookup("contact", 20), &[TimeoutBefore], Succeeded, 2, 2, 1, Status::Succeeded) },
+        Case { lag_ms: 10, ..c("lookup: retryable failure retries with a lookup", lookup("contact", 20), &[FailRetryable], Succeeded, 2, 2, 1, Status::Succeeded) },
+        Case { lag_ms: 60, ..c("lookup: lag over the bound: the residual duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 2, 2, Status::Succeeded) },
+        c("at-most-once: applies", at_most_once("payout"), &[], Succeeded, 1, 0, 1, Status::Succeeded),
+        c("at-most-once: commit then timeout pauses, zero resends", at_most_once("payout"), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
+        c("at-most-once: timeout before commit pauses too", at_most_once("payout"), &[TimeoutBefore], Paused, 1, 0, 0, Status::Unknown),
+        c("at-most-once: a retryable failure is not retried: paused", at_most_once("payout"), &[FailRetryable], Paused, 1, 0, 0, Status::Failed),
+        c("at-most-once: a permanent failure fails", at_most_once("payout"), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
+        Case { policy: Policy::Naive, ..c("naive: keyed commit then timeout duplicates (fresh key)", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
+        Case { policy: Policy::Naive, ..c("naive: at-most-once timeout is resent", at_most_once("payout"), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
+        Case { policy: Policy::Naive, lag_ms: 10, ..c("naive: lookup action never looks", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
+    ]
+}
+
+#[tokio::test]
+async fn each_rule_as_a_table() {
+    for case in cases() {
+        let connector = Scripted::with_lag("api", vec![case.spec.clone()], case.script, case.lag_ms);
+        let ledger = memory_ledger();
+        let recorder = Recorder::new();
+        let mut config = config("w1");
+        config.policy = case.policy;
+        let action = format!("api.{}", case.spec.name);
+        let engine = engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
+        let trigger = json!({"email": "a@example.com", "amount": 5});
+        let status = engine.start_run("wf", "r1", &trigger).await.expect(case.name);
+        let key = key::step_key("r1", "only", &json!({"email": "a@example.com", "amount": 5})).unwrap();
+        let record = ledger.get(&key).unwrap().expect(case.name);
+        let got = (status, connector.calls().len(), connector.lookups().len(), connector.effects().len(), record.status);
+        let want = (case.status, case.calls, case.lookups, case.effects, case.record);
+        assert_eq!(got, want, "{}: events {:?}", case.name, recorder.lines());
+        let run = ledger.get_run("r1").unwrap().unwrap();
+        assert_eq!(run.status, case.status, "{}", case.name);
+        assert_eq!(run.reason.is_some(), case.status == RunStatus::Paused || case.status == RunStatus::Failed);
+        if case.policy == Policy::Rules {
+            // Every call carried the step key.
+            assert!(connector.calls().iter().all(|c| c.key == key), "{}", case.name);
+        }
+        // Events: one CallStarted and one CallEnded per call, in pairs.
+        assert_eq!(recorder.count("call "), case.calls, "{}", case.name);
+        assert_eq!(recorder.count("ended "), case.calls, "{}", case.name);
+        // Driving a finished or paused run again does nothing.
+        assert_eq!(engine.drive("r1").await.unwrap(), case.status);
+        assert_eq!(connector.calls().len(), case.calls, "{}: a second drive called again", case.name);
+    }
+}
+
+#[tokio::test]
+async fn a_succeeded_step_replays_without_a_call_and_changed_inputs_run_once() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false), keyed("email", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let recorder = Recorder::new();
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "api.charge", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "email", "action": "api.email", "inputs": {"to": "{{trigger.email}}", "charge": "{{steps.charge.output.id}}"}}
+    ]});
+    let engine = engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[wf]);
+    let trigger = json!({"email": "a@example.com", "amount": 5});
+    assert_eq!(engine.start_run("wf", "r1", &trigger).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.effects().len(), 2);
+
+    // Same trigger: every step replays, byte-identical, no call.
+    assert_eq!(engine.replay("r1", &trigger).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 2);
+    assert_eq!(recorder.count("replayed "), 2);
+
+    // Edited email: the charge replays (same key), the email runs once under a new key.
+    let edited = json!({"email": "b@example.com", "amount": 5});
+    assert_eq!(engine.replay("r1", &edited).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.replay("r1", &edited).await.unwrap(), RunStatus::Succeeded);
+    let effects = connector.effects();
+    assert_eq!(effects.len(), 3, "{effects:?}");
+    assert_eq!(effects[2].inputs["to"], "b@example.com");
+    assert_eq!(connector.calls().len(), 3);
+    // The charge's effect is the one from the first run: its key did not change.
+    assert_eq!(effects.iter().filter(|e| e.action == "charge").count(), 1);
+}
+
+#[tokio::test]
+async fn volatile_fields_are_sent_but_not_keyed() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "api.charge", "volatile": ["requested_at"],
+         "inputs": {"amount": "{{trigger.amount}}", "requested_at": "{{trigger.at}}"}}
+    ]});
+    let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    engine.start_run("wf", "r1", &json!({"amount": 5, "at": 1})).await.unwrap();
+    engine.replay("r1", &json!({"amount": 5, "at": 2})).await.unwrap();
+    assert_eq!(connector.calls().len(), 1, "a changed volatile field must not mint a new key");
+    assert_eq!(connector.effects()[0].inputs["requested_at"], 1);
+}
+
+async fn paused_payout() -> (Arc<Scripted>, Arc<engine::ledger::memory::MemoryLedger>, Engine, Arc<Recorder>) {
+    let connector = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
+    let ledger = memory_ledger();
+    let recorder = Recorder::new();
+    let engine =
+        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", "bank.payout")]);
+    let status = engine.start_run("wf", "r1", &json!({"email": "a@example.com", "amount": 5})).await.unwrap();
+    assert_eq!(status, RunStatus::Paused);
+    let run = ledger.get_run("r1").unwrap().unwrap();
+    let reason = run.reason.unwrap();
+    assert!(reason.contains("at-most-once") && reason.contains("attempt 1") && reason.contains("timeout"), "{reason}");
+    assert_eq!(ledger.paused_runs().unwrap(), vec!["r1".to_string()]);
+    (connector, ledger, engine, recorder)
+}
+
+#[tokio::test]
+async fn each_resolution_of_a_paused_at_most_once_step() {
+    // Mark done: the person's output is adopted, no call.
+    let (connector, ledger, engine, recorder) = paused_payout().await;
+    let output = json!({"id": "manual-42"});
+    let status = engine.resolve("r1", Resolution::MarkDone { output: output.clone() }, "alice").await.unwrap();
+    assert_eq!(status, RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 1);
+    let resolutions = ledger.resolutions("r1").unwrap();
+    assert_eq!(resolutions.len(), 1);
+    assert_eq!((resolutions[0].by.as_str(), &resolutions[0].resolution), ("alice", &Resolution::MarkDone { output }));
+    assert_eq!(recorder.count("resolved mark-done"), 1);
+    assert!(matches!(
+        engine.resolve("r1", Resolution::Retry, "bob").await,
+        Err(Error::NotPaused { status: RunStatus::Succeeded, .. })
+    ));
+
+    // Retry: exactly one new attempt, by a person's decision.
+    let (connector, ledger, engine, _) = paused_payout().await;
+    assert_eq!(engine.resolve("r1", Resolution::Retry, "bob").await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 2);
+    assert_eq!(ledger.resolutions("r1").unwrap().len(), 1);
+
+    // Retry that is indeterminate again: paused again, one more call only.
+    let (connector, _ledger, engine, _) = paused_payout().await;
+    connector.push_script(&[Fate::TimeoutBefore]);
+    assert_eq!(engine.resolve("r1", Resolution::Retry, "bob").await.unwrap(), RunStatus::Paused);
+    assert_eq!(connector.calls().len(), 2);
+
+    // Abort: the run fails with the person's name.
+    let (connector, ledger, engine, _) = paused_payout().await;
+    assert_eq!(engine.resolve("r1", Resolution::Abort, "carol").await.unwrap(), RunStatus::Failed);
+    assert_eq!(ledger.get_run("r1").unwrap().unwrap().reason.as_deref(), Some("aborted by carol"));
+    assert_eq!(connector.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn two_workers_driving_one_run_execute_each_key_once() {
+    for spec in [keyed("charge", 60_000, false), lookup("charge", 5), at_most_once("charge")] {
+        let connector = Scripted::new("api", vec![spec.clone()], &[]);
+        let ledger = memory_ledger();
+        let wf = json!({"name": "wf", "steps": [
+            {"id": "a", "action": "api.charge", "inputs": {"n": 1}},
+            {"id": "b", "action": "api.charge", "inputs": {"n": 2}},
+        ]});
+        let one = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf.clone()]);
+        let two = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+        one.create_run("wf", "r1", &json!({})).unwrap();
+        assert!(!two.create_run("wf", "r1", &json!({})).unwrap(), "create_run is idempotent");
+        let (a, b) = tokio::join!(one.drive("r1"), two.drive("r1"));
+        assert_eq!((a.unwrap(), b.unwrap()), (RunStatus::Succeeded, RunStatus::Succeeded), "{}", spec.class.name());
+        assert_eq!(connector.effects().len(), 2, "{}", spec.class.name());
+        assert_eq!(connector.calls().len(), 2, "{}", spec.class.name());
+    }
+}
+
+#[tokio::test]
+async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
+    // (class, crash point, status after a restarted worker resumes, calls, effects)
+    let table: Vec<(ActionSpec, CrashPoint, RunStatus, usize, usize)> = vec![
+        (keyed("charge", 60_000, false), CrashPoint::BeforeCall, RunStatus::Succeeded, 1, 1),
+        (keyed("charge", 60_000, false), CrashPoint::AfterCallBeforeRecord, RunStatus::Succeeded, 2, 1),
+        (lookup("charge", 5), CrashPoint::BeforeCall, RunStatus::Succeeded, 1, 1),
+        (lookup("charge", 5), CrashPoint::AfterCallBeforeRecord, RunStatus::Succeeded, 1, 1),
+        (at_most_once("charge"), CrashPoint::BeforeCall, RunStatus::Paused, 0, 0),
+        (at_most_once("charge"), CrashPoint::AfterCallBeforeRecord, RunStatus::Paused, 1, 1),
+    ];
+    for (spec, point, status, calls, effects) in table {
+        let name = format!("{} crash {point:?}", spec.class.name());
+        let connector = Scripted::with_lag("api", vec![spec], &[], 2);
+        let ledger = memory_ledger();
+        let crashing = Recorder::halting_at(point, 1);
+        let wf = one_step("wf", "api.charge");
+        let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        first.create_run("wf", "r1", &json!({"email": "a", "amount": 1})).unwrap();
+        assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
+        drop(first);
+        let second = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+        let resumed = second.resume_unfinished().await.unwrap();
+        assert_eq!(resumed, vec![("r1".to_string(), status)], "{name}");
+        assert_eq!((connector.calls().len(), connector.effects().len()), (calls, effects), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn auto_retry_coverage_counts_distinct_actions() {
+    let connector = Scripted::new(
+        "api",
+        vec![keyed("a", 1, false), lookup("b", 1), at_most_once("c"), keyed("unused", 1, false)],
+        &[],
+    );
+    let wfs = [
+        json!({"name": "one", "steps": [{"id": "x", "action": "api.a"}, {"id": "y", "action": "api.c"}]}),
+        json!({"name": "two", "steps": [{"id": "x", "writes": [{"action": "api.a"}, {"action": "api.b"}]}]}),
+    ];
+    let rules = engine(config("w"), memory_ledger(), Recorder::new(), &[connector.clone()], &[], &wfs);
+    assert!((rules.auto_retry_coverage() - 2.0 / 3.0).abs() < 1e-9);
+    let mut naive_config = config("w");
+    naive_config.policy = Policy::Naive;
+    let naive = engine(naive_config, memory_ledger(), Recorder::new(), &[connector as Arc<dyn Connector>], &[], &wfs);
+    assert_eq!(naive.auto_retry_coverage(), 1.0);
+}
+
+#[tokio::test]
+async fn registration_checks_actions_and_planners() {
+    let connector = Scripted::new("api", vec![keyed("a", 1, false)], &[]);
+    let mut engine = engine(config("w"), memory_ledger(), Recorder::new(), &[connector], &[], &[]);
+    let table = [
+        (json!({"name": "w", "steps": [{"id": "s", "action": "api.nope"}]}), "s", "action"),
+        (json!({"name": "w", "steps": [{"id": "s", "writes": [{"action": "api.a"}, {"action": "x.y"}]}]}), "s", "writes[1].action"),
+        (json!({"name": "w", "steps": [{"id": "s", "planner": "model"}]}), "s", "planner"),
+    ];
+    for (def, step, field) in table {
+        let wf = engine::workflow::Workflow::from_json(&def.to_string()).unwrap();
+        let err = engine.register_workflow(wf).expect_err("must be refused");
+        assert_eq!((err.step.as_str(), err.field.as_str()), (step, field), "{err}");
+    }
+    assert!(matches!(engine.create_run("missing", "r", &json!({})), Err(Error::UnknownWorkflow(_))));
+    assert!(matches!(engine.drive("nope").await, Err(Error::UnknownRun(_))));
+}
