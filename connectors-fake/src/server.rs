@@ -343,3 +343,62 @@ impl SearchIndex {
         self.by_term.is_empty()
     }
 }
+
+/// A [`Server`] of any fake, as a trait object (for the contract suite and for a world holding many fakes).
+pub trait DynServer: Send {
+    fn name(&self) -> &str;
+    fn actions(&self) -> &[ActionSpec];
+    fn profile(&self) -> &FaultProfile;
+    fn handle(&mut self, now_ms: u64, request: &Request<'_>, draws: &Draws) -> Handled;
+    fn lookup(&mut self, now_ms: u64, request: &Request<'_>, draws: &Draws) -> LookupOutcome;
+    fn forget_run(&mut self, run_id: &str);
+    fn record_count(&self) -> usize;
+}
+
+impl<A: Api> DynServer for Server<A> {
+    fn name(&self) -> &str {
+        self.api.name()
+    }
+
+    fn actions(&self) -> &[ActionSpec] {
+        self.api.actions()
+    }
+
+    fn profile(&self) -> &FaultProfile {
+        &self.profile
+    }
+
+    fn handle(&mut self, now_ms: u64, request: &Request<'_>, draws: &Draws) -> Handled {
+        Server::handle(self, now_ms, request, draws)
+    }
+
+    fn lookup(&mut self, now_ms: u64, request: &Request<'_>, draws: &Draws) -> LookupOutcome {
+        Server::lookup(self, now_ms, request, draws)
+    }
+
+    fn forget_run(&mut self, run_id: &str) {
+        Server::forget_run(self, run_id);
+    }
+
+    fn record_count(&self) -> usize {
+        self.api.record_count()
+    }
+}
+
+/// A fake connector as the simulator holds it: an engine connector plus the memory controls.
+pub trait Fake: Connector {
+    /// Drops every record of a finished run (see [`Api::forget_run`]).
+    fn forget_run(&self, run_id: &str);
+    /// Records held (keys plus objects).
+    fn record_count(&self) -> usize;
+}
+
+impl<A: Api> Fake for FakeConnector<A> {
+    fn forget_run(&self, run_id: &str) {
+        FakeConnector::forget_run(self, run_id);
+    }
+
+    fn record_count(&self) -> usize {
+        self.server.lock().expect("fake server lock poisoned").api.record_count()
+    }
+}
