@@ -1,0 +1,269 @@
+//! `payments`: a Stripe-like keyed API (customers and charges).
+//!
+//! ## Fault model and the public facts behind it (Stripe's documentation on idempotent requests and search)
+//! - Both actions take an idempotency key (the engine's key in hex, 64 characters; keys up to 255 characters are
+//!   accepted, longer ones are a validation error). A key and its stored response are kept for `key_retention_ms`
+//!   (Stripe: at least 24 hours), then forgotten: a request with an expired key executes again.
+//! - The first request with a key executes and its response is stored, **including a 500** (an error after commit):
+//!   every later request with the same key and the same parameters gets the stored response replayed, and creates
+//!   nothing.
+//! - The same key with other parameters (or on the other action) answers `idempotency_error`
+//!   ([`Outcome::KeyReusedWithDifferentPayload`]).
+//! - A request whose key is still being executed (arrived before the first request's response left) answers 409
+//!   ([`Outcome::KeyInFlight`]) and is not stored.
+//! - 429s, 503s before execution and validation errors (400) are not stored: a retry executes.
+//! - `create_customer` writes the engine's key into the customer's metadata (`flow_key`): the connector's lookup
+//!   searches customers by that metadata. Search is eventually consistent (the profile's lag: normally seconds, a
+//!   tail up to a minute, incidents up to an hour); retrieve by id ([`Payments::retrieve`]) sees a write at once.
+//!   `charge` has no lookup.
+//! - Every created object emits a webhook event (`customer.created`, `charge.succeeded`).
+
+use crate::profile::FaultProfile;
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied};
+use crate::truth::Effect;
+use crate::webhooks::WebhookEvent;
+use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+pub const CREATE_CUSTOMER: &str = "create_customer";
+pub const CHARGE: &str = "charge";
+/// Stripe's limit on idempotency key length.
+pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 255;
+pub const IDEMPOTENCY_ERROR: &str = "idempotency_error: keys for idempotent requests can only be used with the same parameters they were first used with";
+
+/// A profile with Stripe-like public numbers: ~40 ms median latency, search lag of ~2 s, 1 % tail up to a minute,
+/// 0.05 % incidents up to an hour, keys kept 24 h. Faults stay at zero: scenarios turn them up.
+pub fn realistic_profile() -> FaultProfile {
+    FaultProfile {
+        latency_ms_median: 40,
+        latency_ms_p99: 400,
+        lag_ms_median: 2_000,
+        lag_tail_p: 0.01,
+        lag_ms_tail_max: 60_000,
+        incident_p: 0.000_5,
+        incident_lag_ms_max: 3_600_000,
+        ..FaultProfile::default()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Stored {
+    Applied(Value),
+    ServerError,
+}
+
+#[derive(Debug, Default)]
+struct RunRecords {
+    keys: Vec<String>,
+    objects: Vec<String>,
+}
+
+#[derive(Debug)]
+struct KeyRecord {
+    action: usize,
+    inputs: Value,
+    response: Stored,
+    stored_ms: u64,
+    /// The first request's response leaves at this time; until then the key is in flight.
+    completed_ms: u64,
+}
+
+/// The payments API's state.
+#[derive(Debug)]
+pub struct Payments {
+    name: Arc<str>,
+    action_names: [Arc<str>; 2],
+    actions: Vec<ActionSpec>,
+    retention_ms: u64,
+    keys: BTreeMap<String, KeyRecord>,
+    /// Keys in the order stored, for expiry.
+    expiry: VecDeque<(u64, String)>,
+    /// Each run's keys and object ids, so a finished run's records can be dropped.
+    by_run: BTreeMap<String, RunRecords>,
+    customers: SearchIndex,
+    objects_by_id: BTreeMap<String, Value>,
+    next_id: u64,
+}
+
+impl Payments {
+    pub fn new(name: &str, profile: &FaultProfile) -> Self {
+        let retention_ms = profile.key_retention_ms;
+        let actions = vec![
+            ActionSpec {
+                name: CREATE_CUSTOMER.into(),
+                class: GuaranteeClass::Keyed { retention_ms },
+                has_lookup: true,
+            },
+            ActionSpec { name: CHARGE.into(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup: false },
+        ];
+        Self {
+            name: name.into(),
+            action_names: [CREATE_CUSTOMER.into(), CHARGE.into()],
+            actions,
+            retention_ms,
+            keys: BTreeMap::new(),
+            expiry: VecDeque::new(),
+            by_run: BTreeMap::new(),
+            customers: SearchIndex::default(),
+            objects_by_id: BTreeMap::new(),
+            next_id: 0,
+        }
+    }
+
+    /// Retrieve by id: immediate, as Stripe's retrieve is.
+    pub fn retrieve(&self, object_id: &str) -> Option<&Value> {
+        self.objects_by_id.get(object_id)
+    }
+
+    fn expire(&mut self, now_ms: u64) {
+        while let Some((expires_ms, _)) = self.expiry.front() {
+            if *expires_ms > now_ms {
+                break;
+            }
+            let (_, key) = self.expiry.pop_front().expect("front exists");
+            // The key may have been forgotten with its run, or re-stored after an earlier expiry.
+            if self.keys.get(&key).is_some_and(|r| r.stored_ms + self.retention_ms <= now_ms) {
+                self.keys.remove(&key);
+            }
+        }
+    }
+
+    /// Runs `request` under an explicit idempotency key (the adapter sends the engine key in hex).
+    pub fn execute_with_idempotency_key(
+        &mut self,
+        cx: Context,
+        request: &Request<'_>,
+        idempotency_key: &str,
+    ) -> Handled {
+        self.expire(cx.now_ms);
+        let Some(action) = self.action_names.iter().position(|a| &**a == request.action) else {
+            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+        };
+        if idempotency_key.is_empty() || idempotency_key.len() > IDEMPOTENCY_KEY_CHARS_MAX {
+            return Handled::outcome(not_applied("400 invalid idempotency key", false, None));
+        }
+        if let Err(message) = validate(action, request.inputs) {
+            return Handled::outcome(not_applied(&message, false, None));
+        }
+        if let Some(record) = self.keys.get(idempotency_key) {
+            if cx.now_ms < record.completed_ms {
+                return Handled::outcome(Outcome::KeyInFlight);
+            }
+            if record.action != action || &record.inputs != request.inputs {
+                return Handled::outcome(Outcome::KeyReusedWithDifferentPayload(IDEMPOTENCY_ERROR.to_string()));
+            }
+            let outcome = match &record.response {
+                Stored::Applied(value) => Outcome::Applied(value.clone()),
+                Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
+            };
+            return Handled::outcome(outcome);
+        }
+        self.next_id += 1;
+        let (object_id, record, event_type, visible_ms) = if action == 0 {
+            let id = format!("cus_{}", self.next_id);
+            let record = json!({
+                "id": id, "object": "customer", "params": request.inputs,
+                "metadata": { "flow_key": request.key.to_hex() },
+            });
+            (id, record, "customer.created", cx.now_ms + cx.lag_ms)
+        } else {
+            let id = format!("ch_{}", self.next_id);
+            let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
+            let record = json!({ "id": id, "object": "charge", "amount": amount, "status": "succeeded" });
+            (id, record, "charge.succeeded", cx.now_ms)
+        };
+        if action == 0 {
+            let indexed = Indexed { id: object_id.clone(), visible_ms, record: record.clone() };
+            self.customers.insert(request.run_id, request.key.to_hex(), indexed);
+        }
+        self.objects_by_id.insert(object_id.clone(), record.clone());
+        let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
+        let outcome = match &response {
+            Stored::Applied(value) => Outcome::Applied(value.clone()),
+            Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
+        };
+        self.keys.insert(
+            idempotency_key.to_string(),
+            KeyRecord {
+                action,
+                inputs: request.inputs.clone(),
+                response,
+                stored_ms: cx.now_ms,
+                completed_ms: cx.now_ms + cx.response_ms,
+            },
+        );
+        self.expiry.push_back((cx.now_ms + self.retention_ms, idempotency_key.to_string()));
+        let run = self.by_run.entry(request.run_id.to_string()).or_default();
+        run.keys.push(idempotency_key.to_string());
+        run.objects.push(object_id.clone());
+        let effect = Effect {
+            key: *request.key,
+            connector: self.name.clone(),
+            action: self.action_names[action].clone(),
+            run_id: request.run_id.to_string(),
+            object_id: object_id.clone(),
+            committed_ms: cx.now_ms,
+            visible_ms,
+        };
+        let event = WebhookEvent {
+            source: self.name.to_string(),
+            event_id: format!("evt_{}", self.next_id),
+            object_id,
+            event_type: event_type.to_string(),
+            payload: record,
+        };
+        Handled { outcome, effect: Some(effect), event: Some(event) }
+    }
+}
+
+fn validate(action: usize, inputs: &Value) -> Result<(), String> {
+    if !inputs.is_object() {
+        return Err("400 parameters must be an object".into());
+    }
+    if action == 1 && inputs.get("amount").and_then(Value::as_u64).is_none_or(|a| a == 0) {
+        return Err("400 `amount` must be a positive integer".into());
+    }
+    Ok(())
+}
+
+impl Api for Payments {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn actions(&self) -> &[ActionSpec] {
+        &self.actions
+    }
+
+    fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
+        let idempotency_key = request.key.to_hex();
+        self.execute_with_idempotency_key(cx, request, &idempotency_key)
+    }
+
+    fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
+        if request.action != CREATE_CUSTOMER {
+            return LookupOutcome::Failed(format!("no search for `{}`", request.action));
+        }
+        match self.customers.search(&request.key.to_hex(), now_ms) {
+            Some(found) => LookupOutcome::Found(found.record.clone()),
+            None => LookupOutcome::NotFound,
+        }
+    }
+
+    fn forget_run(&mut self, run_id: &str) {
+        let run = self.by_run.remove(run_id).unwrap_or_default();
+        for key in run.keys {
+            self.keys.remove(&key);
+        }
+        for object_id in run.objects {
+            self.objects_by_id.remove(&object_id);
+        }
+        self.customers.forget_run(run_id);
+    }
+
+    fn record_count(&self) -> usize {
+        self.keys.len() + self.objects_by_id.len()
+    }
+}
