@@ -22,6 +22,7 @@
 //! The rate limit (`rate_limit_per_s`) counts requests that reach the API in fixed one-second windows.
 
 use crate::profile::{Draws, Fault, FaultProfile};
+use std::sync::atomic::AtomicBool;
 use crate::rng::Rng;
 use crate::truth::{Effect, EffectSink};
 use crate::webhooks::WebhookEvent;
@@ -210,6 +211,8 @@ pub struct FakeConnector<A> {
     actions: Vec<ActionSpec>,
     server: SharedServer<A>,
     profile: FaultProfile,
+    /// Set by [`Fake::heal`]: faults are off from then on.
+    healed: AtomicBool,
     rng: Mutex<Rng>,
     clock: Arc<dyn Clock>,
     sink: Arc<dyn EffectSink>,
@@ -227,7 +230,7 @@ impl<A: Api> FakeConnector<A> {
             let s = server.lock().expect("fake server lock poisoned");
             (s.api.name().clone(), s.api.actions().to_vec(), s.profile.clone())
         };
-        Self { name, actions, server, profile, rng: Mutex::new(rng), clock, sink }
+        Self { name, actions, server, profile, rng: Mutex::new(rng), clock, sink, healed: AtomicBool::new(false) }
     }
 
     pub fn server(&self) -> &SharedServer<A> {
@@ -240,7 +243,15 @@ impl<A: Api> FakeConnector<A> {
     }
 
     fn draw(&self) -> Draws {
-        self.profile.sample_draws(&mut self.rng.lock().expect("fake rng lock poisoned"))
+        let mut rng = self.rng.lock().expect("fake rng lock poisoned");
+        let mut draws = self.profile.sample_draws(&mut rng);
+        if self.healed.load(std::sync::atomic::Ordering::Relaxed) {
+            // The same draws as before (so healing does not shift the random stream), with the fault and the
+            // incident-size lag taken away: latency and ordinary read-after-write lag are how the API works.
+            draws.fault = Fault::None;
+            draws.lag_ms = draws.lag_ms.min(self.profile.lag_ms_tail_max);
+        }
+        draws
     }
 }
 
@@ -389,6 +400,8 @@ impl<A: Api> DynServer for Server<A> {
 pub trait Fake: Connector {
     /// Drops every record of a finished run (see [`Api::forget_run`]).
     fn forget_run(&self, run_id: &str);
+    /// Turns every fault off for good (the simulation's heal phase); latency and ordinary lag stay.
+    fn heal(&self);
     /// Records held (keys plus objects).
     fn record_count(&self) -> usize;
 }
@@ -396,6 +409,10 @@ pub trait Fake: Connector {
 impl<A: Api> Fake for FakeConnector<A> {
     fn forget_run(&self, run_id: &str) {
         FakeConnector::forget_run(self, run_id);
+    }
+
+    fn heal(&self) {
+        self.healed.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn record_count(&self) -> usize {

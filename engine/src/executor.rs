@@ -857,11 +857,18 @@ impl Engine {
                         }
                     }
                     self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
-                    self.observer.event(&Event::CallStarted { run_id, step_id, key: &key, action: &bound.full, attempt });
                     let sent_key = match self.config.policy {
                         Policy::Rules => key,
                         Policy::Naive => naive_attempt_key(&key, attempt),
                     };
+                    self.observer.event(&Event::CallStarted {
+                        run_id,
+                        step_id,
+                        key: &key,
+                        sent_key: &sent_key,
+                        action: &bound.full,
+                        attempt,
+                    });
                     let request = Request { action: &spec.name, inputs, key: &sent_key, run_id, attempt };
                     let outcome = bound.connector.call(request).await;
                     self.maybe_halt(CrashPoint::AfterCallBeforeRecord, run_id, &key).await;

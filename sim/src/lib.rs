@@ -4,3 +4,7 @@
 pub mod checker;
 pub mod results;
 pub mod trace;
+pub mod profile;
+pub mod workflows;
+#[cfg(madsim)]
+pub mod world;
