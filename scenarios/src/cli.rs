@@ -12,6 +12,35 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run one simulation: a summary table, `--json` results, `--trace` around the first violation.
+    Run {
+        /// A catalogue name (see `flowsim scenarios`) or a profile file (TOML).
+        #[arg(long, default_value = "mixed")]
+        scenario: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Steps (writes) to run; the scenario's default when omitted.
+        #[arg(long)]
+        steps: Option<u64>,
+        #[arg(long, value_enum, default_value_t = PolicyArg::Rules)]
+        policy: PolicyArg,
+        #[arg(long, value_enum, default_value_t = LedgerArg::Memory)]
+        ledger: LedgerArg,
+        /// Split the run into N shards on N threads, merged in shard order.
+        #[arg(long, default_value_t = 1)]
+        jobs: u32,
+        /// Write the results JSON here.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Write the readable events around the first violation here.
+        #[arg(long)]
+        trace: Option<std::path::PathBuf>,
+        /// Run twice and compare trace hashes and results (I9).
+        #[arg(long)]
+        check_determinism: bool,
+    },
+    /// The scenario catalogue, one line each.
+    Scenarios,
     /// Read JSON on stdin, write its RFC 8785 canonical bytes to stdout.
     Canon,
     /// Read a step's inputs (JSON) on stdin, print the step key in lowercase hex.
@@ -26,6 +55,18 @@ enum Command {
     },
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum PolicyArg {
+    Rules,
+    Naive,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LedgerArg {
+    Memory,
+    Sqlite,
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -37,6 +78,33 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
+        Command::Run { scenario, seed, steps, policy, ledger, jobs, json, trace, check_determinism } => {
+            let args = crate::run::RunArgs {
+                scenario,
+                seed,
+                steps,
+                policy: match policy {
+                    PolicyArg::Rules => engine::executor::Policy::Rules,
+                    PolicyArg::Naive => engine::executor::Policy::Naive,
+                },
+                ledger: match ledger {
+                    LedgerArg::Memory => "memory".into(),
+                    LedgerArg::Sqlite => "sqlite".into(),
+                },
+                jobs,
+                json,
+                trace,
+                check_determinism,
+                quiet: false,
+            };
+            run(&args)
+        }
+        Command::Scenarios => {
+            for s in crate::catalogue::CATALOGUE {
+                println!("{:<28} {}", s.name, s.stresses);
+            }
+            0
+        }
         Command::Canon => canon(),
         Command::Key { run, step, volatile } => key(&run, &step, &volatile),
     }
@@ -103,4 +171,84 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
     };
     println!("{key}");
     0
+}
+
+#[cfg(not(madsim))]
+fn run(_args: &crate::run::RunArgs) -> i32 {
+    eprintln!(
+        "flowsim: this binary was built without `--cfg madsim`, so it cannot simulate (it would run in real time).\n\
+         Run it through the cargo alias, which builds with the simulation cfg: `cargo flowsim run ...`.\n\
+         If you did use the alias, check that RUSTFLAGS is not set in the environment: it overrides the alias's cfg."
+    );
+    2
+}
+
+#[cfg(madsim)]
+fn run(args: &crate::run::RunArgs) -> i32 {
+    use crate::run::*;
+    use std::io::IsTerminal;
+    if args.jobs == 0 || args.jobs > 256 {
+        eprintln!("flowsim run: --jobs must be between 1 and 256");
+        return 2;
+    }
+    let prepared = match prepare(&args.scenario, args.seed, args.steps) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("flowsim run: {e}");
+            return 2;
+        }
+    };
+    // Every run prints its seed and every knob first.
+    println!("flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}", prepared.name, args.seed,
+        sim_policy_name(args.policy), args.ledger, prepared.steps, args.jobs);
+    for (knob, value) in sim::profile::knobs(&prepared.profile) {
+        println!("  knob {knob} = {value}");
+    }
+    let show_progress = std::io::stdout().is_terminal() && std::env::var_os("CI").is_none();
+    let (mut results, trace) = execute(args, &prepared, show_progress);
+    let mut determinism_error = None;
+    if args.check_determinism {
+        let (again, _) = execute(args, &prepared, false);
+        let first = deterministic_bytes(&results);
+        let second = deterministic_bytes(&again);
+        if results.trace_hash != again.trace_hash || first != second {
+            determinism_error = Some(format!(
+                "two runs of seed {} differ: trace hashes {} and {}{}",
+                args.seed,
+                results.trace_hash,
+                again.trace_hash,
+                if first == second { "" } else { "; the results JSON differs too" }
+            ));
+        }
+        let i9 = results.invariants.entry("I9".into()).or_default();
+        i9.checked = true;
+        i9.holds = determinism_error.is_none();
+        i9.violations = u64::from(determinism_error.is_some());
+        i9.first_violation = determinism_error.clone();
+    }
+    print!("{}", summary(&results));
+    if let Some(path) = &args.json {
+        let bytes = serde_json::to_vec_pretty(&results).expect("results serialise");
+        if let Err(e) = std::fs::write(path, bytes) {
+            eprintln!("flowsim run: cannot write {}: {e}", path.display());
+            return 2;
+        }
+    }
+    if let (Some(path), Some(text)) = (&args.trace, &trace)
+        && let Err(e) = std::fs::write(path, text)
+    {
+        eprintln!("flowsim run: cannot write {}: {e}", path.display());
+        return 2;
+    }
+    match verdict(&results, prepared.expect, args.policy) {
+        Ok(()) => {
+            println!("flowsim run: every invariant held");
+            0
+        }
+        Err(reason) => {
+            println!("flowsim run: FAILED: {reason}");
+            println!("reproduce with: {}", results.repro);
+            1
+        }
+    }
 }

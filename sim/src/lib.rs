@@ -8,3 +8,11 @@ pub mod profile;
 pub mod workflows;
 #[cfg(madsim)]
 pub mod world;
+
+/// Progress counters readable from outside the simulation (the progress bar), updated by the world.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub steps_started: std::sync::atomic::AtomicU64,
+    pub runs_finished: std::sync::atomic::AtomicU64,
+    pub done: std::sync::atomic::AtomicBool,
+}

@@ -61,13 +61,7 @@ pub struct WorldConfig {
     pub repro: String,
 }
 
-/// Progress counters readable from outside the simulation (the progress bar).
-#[derive(Debug, Default)]
-pub struct Progress {
-    pub steps_started: AtomicU64,
-    pub runs_finished: AtomicU64,
-    pub done: AtomicBool,
-}
+pub use crate::Progress;
 
 /// What a simulation produced.
 #[derive(Debug)]
@@ -159,9 +153,6 @@ impl Observer for WorkerObserver {
         record_event(&mut state.trace, now, self.worker, event);
         state.checker.on_event(self.worker, now, event);
         state.note_violation();
-        if let Event::StepSucceeded { .. } = event {
-            self.world.progress.steps_started.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {

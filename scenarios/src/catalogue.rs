@@ -1,0 +1,244 @@
+//! The named scenario catalogue (a public contract: the names are used by scripts and CI).
+//!
+//! Each scenario is a profile written in the same TOML a user writes for `--scenario FILE`: the knobs it sets are
+//! fixed, every knob it leaves open is drawn from the seed (see `sim::profile::KNOB_RANGES`). A scenario file may
+//! also carry `expect` (what `--policy rules` must show) and `base` (start from another scenario's connectors and
+//! mix); both are optional in a user's file.
+
+use sim::profile::{Profile, ProfileSpec, WorldKnobs};
+use std::collections::BTreeMap;
+
+/// What a scenario promises under `--policy rules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Every invariant holds; no duplicate anywhere.
+    AllHold,
+    /// Every invariant holds; residual duplicates on lookup connectors whose lag exceeded the bound are allowed.
+    ResidualOnly,
+    /// The canary: duplicates must be found and `run` must exit 1.
+    CanaryFails,
+}
+
+/// One entry of the catalogue.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub stresses: &'static str,
+    pub expect: Expect,
+    /// Steps of a default run.
+    pub steps_default: u64,
+    /// The profile text (TOML).
+    pub text: &'static str,
+}
+
+/// The catalogue.
+pub const CATALOGUE: &[Scenario] = &[
+    Scenario {
+        name: "mixed",
+        stresses: "the default: a production-like mix of every connector class and fault, about a million steps",
+        expect: Expect::ResidualOnly,
+        steps_default: 1_000_000,
+        text: r#"
+[world]
+crash_interval_s_mean = 300.0
+crash_point_p = 0.0005
+double_dispatch_share = 0.01
+replay_share = 0.01
+person_share = 0.5
+"#,
+    },
+    Scenario {
+        name: "keyed-timeout-after-commit",
+        stresses: "keyed writes whose responses are lost after commit",
+        expect: Expect::AllHold,
+        steps_default: 200_000,
+        text: r#"
+[mix]
+checkout = 1.0
+signup = 1.0
+[connectors.payments]
+timeout_after_commit_p = 0.05
+error_after_commit_p = 0.02
+[connectors.ledgerly]
+lag_ms_tail_max = 5000
+incident_p = 0.0
+"#,
+    },
+    Scenario {
+        name: "duplicate-webhooks",
+        stresses: "deliveries repeated a second apart, days later, reordered, twin events",
+        expect: Expect::AllHold,
+        steps_default: 200_000,
+        text: r#"
+[world]
+webhook_share = 1.0
+[mix]
+signup = 1.0
+[connectors.payments.webhooks]
+duplicate_p = 0.3
+receiver_failure_p = 0.1
+reorder_ms_max = 30000
+twin_event_p = 0.1
+"#,
+    },
+    Scenario {
+        name: "lookup-lag-under-bound",
+        stresses: "lookup connectors whose lag stays under the safeguard bound",
+        expect: Expect::AllHold,
+        steps_default: 200_000,
+        text: r#"
+[mix]
+signup = 1.0
+onboard = 1.0
+[connectors.contacts]
+timeout_after_commit_p = 0.05
+incident_p = 0.0
+[connectors.payments]
+incident_p = 0.0
+"#,
+    },
+    Scenario {
+        name: "lookup-lag-over-bound",
+        stresses: "lag tail beyond the bound (the article's residual class)",
+        expect: Expect::ResidualOnly,
+        steps_default: 200_000,
+        text: r#"
+[mix]
+checkout = 1.0
+[connectors.ledgerly]
+timeout_after_commit_p = 0.05
+incident_p = 0.05
+"#,
+    },
+    Scenario {
+        name: "at-most-once-indeterminate",
+        stresses: "indeterminate outcomes on at-most-once actions",
+        expect: Expect::AllHold,
+        steps_default: 100_000,
+        text: r#"
+[mix]
+payout = 1.0
+signup = 0.2
+[connectors.payouts]
+timeout_after_commit_p = 0.05
+error_after_commit_p = 0.02
+[connectors.email]
+timeout_after_commit_p = 0.05
+"#,
+    },
+    Scenario {
+        name: "agent-crash",
+        stresses: "crashes while planning and between actions",
+        expect: Expect::AllHold,
+        steps_default: 100_000,
+        text: r#"
+[world]
+crash_point_p = 0.01
+crash_interval_s_mean = 60.0
+[mix]
+assist = 1.0
+onboard = 0.5
+"#,
+    },
+    Scenario {
+        name: "edit-and-replay",
+        stresses: "replays with some inputs edited",
+        expect: Expect::AllHold,
+        steps_default: 100_000,
+        text: r#"
+[world]
+replay_share = 0.5
+[mix]
+checkout = 1.0
+signup = 1.0
+"#,
+    },
+    Scenario {
+        name: "key-expiry",
+        stresses: "retries arriving after the key retention window",
+        expect: Expect::AllHold,
+        steps_default: 100_000,
+        text: r#"
+[world]
+cut_interval_s_mean = 30.0
+cut_ms = 20000
+[mix]
+signup = 1.0
+checkout = 1.0
+[connectors.payments]
+key_retention_ms = 2000
+timeout_after_commit_p = 0.05
+"#,
+    },
+    Scenario {
+        name: "lease-takeover",
+        stresses: "two workers reaching one step; stale leases",
+        expect: Expect::AllHold,
+        steps_default: 100_000,
+        text: r#"
+[world]
+double_dispatch_share = 0.5
+stall_interval_s_mean = 60.0
+stall_ms = 60000
+lease_ms = 10000
+"#,
+    },
+    Scenario {
+        name: "crash-points",
+        stresses: "a worker crash at every crash point",
+        expect: Expect::ResidualOnly,
+        steps_default: 200_000,
+        text: r#"
+[world]
+crash_point_p = 0.01
+"#,
+    },
+    Scenario {
+        name: "canary",
+        stresses: "the key-ignoring API",
+        expect: Expect::CanaryFails,
+        steps_default: 20_000,
+        text: r#"
+[mix]
+canary = 1.0
+[connectors.canary]
+timeout_after_commit_p = 0.05
+"#,
+    },
+];
+
+/// The connectors and the traffic mix every scenario starts from.
+pub fn base_profile(with_canary: bool) -> Profile {
+    let mut connectors = BTreeMap::new();
+    for name in sim::workflows::CONNECTOR_NAMES {
+        if *name == "canary" && !with_canary {
+            continue;
+        }
+        connectors.insert((*name).to_owned(), sim::workflows::kind_of(name).realistic_profile());
+    }
+    let mix = [("signup", 4.0), ("checkout", 3.0), ("payout", 1.0), ("onboard", 1.0), ("assist", 1.0)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    Profile { world: WorldKnobs::default(), mix, connectors }
+}
+
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    CATALOGUE.iter().find(|s| s.name == name)
+}
+
+/// Parses a scenario text: the spec, and whether it names a `[mix]` (which then replaces the base mix).
+pub fn parse(text: &str, origin: &str) -> Result<ProfileSpec, String> {
+    text.parse::<toml::Table>().map_err(|e| format!("{origin}: {e}"))
+}
+
+/// The base profile for a spec: a spec with its own `[mix]` replaces the base mix instead of adding to it.
+pub fn base_for(spec: &ProfileSpec) -> Profile {
+    let with_canary = spec.get("connectors").and_then(|c| c.get("canary")).is_some()
+        || spec.get("mix").and_then(|m| m.get("canary")).is_some();
+    let mut base = base_profile(with_canary);
+    if spec.contains_key("mix") {
+        base.mix.clear();
+    }
+    base
+}

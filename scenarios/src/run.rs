@@ -1,0 +1,257 @@
+//! `flowsim run` and `flowsim scenarios`.
+
+use crate::catalogue::{self, Expect};
+use engine::executor::Policy;
+use sim::profile::{self, Profile};
+use sim::results::Results;
+#[cfg(madsim)]
+use std::sync::Arc;
+
+/// What `flowsim run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunArgs {
+    pub scenario: String,
+    pub seed: u64,
+    pub steps: Option<u64>,
+    pub policy: Policy,
+    pub ledger: String,
+    pub jobs: u32,
+    pub json: Option<std::path::PathBuf>,
+    pub trace: Option<std::path::PathBuf>,
+    pub check_determinism: bool,
+    pub quiet: bool,
+}
+
+/// A scenario ready to run: its name, expectation, resolved profile and step count.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub name: String,
+    pub expect: Expect,
+    pub profile: Profile,
+    pub steps: u64,
+}
+
+/// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
+pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
+    let (name, text, expect, steps_default) = match catalogue::find(scenario) {
+        Some(s) => (s.name.to_owned(), s.text.to_owned(), s.expect, s.steps_default),
+        None => {
+            let path = std::path::Path::new(scenario);
+            if !path.exists() {
+                let names: Vec<&str> = catalogue::CATALOGUE.iter().map(|s| s.name).collect();
+                return Err(format!(
+                    "no scenario named {scenario:?} and no such file; the catalogue has: {}",
+                    names.join(", ")
+                ));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {scenario}: {e}"))?;
+            (scenario.to_owned(), text, Expect::ResidualOnly, 100_000)
+        }
+    };
+    let mut spec = catalogue::parse(&text, &name)?;
+    let steps_file = spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));
+    let steps = match (steps, steps_file) {
+        (Some(s), _) => s,
+        (None, Some(s)) => u64::try_from(s?).map_err(|_| format!("{name}: steps must be positive"))?,
+        (None, None) => steps_default,
+    };
+    if steps == 0 {
+        return Err("--steps must be at least 1".into());
+    }
+    let base = catalogue::base_for(&spec);
+    if let Some(toml::Value::Table(connectors)) = spec.get("connectors") {
+        for c in connectors.keys() {
+            if !sim::workflows::CONNECTOR_NAMES.contains(&c.as_str()) {
+                return Err(format!(
+                    "{name}: unknown connector {c:?} in [connectors]; known: {}",
+                    sim::workflows::CONNECTOR_NAMES.join(", ")
+                ));
+            }
+        }
+    }
+    let profile = profile::resolve(&base, &spec, seed, true).map_err(|e| format!("{name}: {e}"))?;
+    for workflow in profile.mix.keys() {
+        if !sim::workflows::is_workflow(workflow) {
+            let names: Vec<&str> = sim::workflows::WORKFLOWS.iter().map(|(n, _)| *n).collect();
+            return Err(format!("{name}: unknown workflow {workflow:?} in [mix]; known: {}", names.join(", ")));
+        }
+    }
+    Ok(Prepared { name, expect, profile, steps })
+}
+
+/// The command that reproduces a run exactly.
+pub fn repro_command(args: &RunArgs, steps: u64) -> String {
+    let policy = sim_policy_name(args.policy);
+    let mut cmd = format!(
+        "cargo flowsim run --scenario {} --seed {} --steps {steps} --policy {policy} --ledger {}",
+        args.scenario, args.seed, args.ledger
+    );
+    if args.jobs > 1 {
+        cmd.push_str(&format!(" --jobs {}", args.jobs));
+    }
+    cmd
+}
+
+pub fn sim_policy_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Rules => "rules",
+        Policy::Naive => "naive",
+    }
+}
+
+/// Is this outcome what the scenario promises? Returns the reason it is not.
+pub fn verdict(results: &Results, expect: Expect, policy: Policy) -> Result<(), String> {
+    let broken: Vec<String> = results
+        .invariants
+        .iter()
+        .filter(|(_, r)| !r.holds)
+        .map(|(id, r)| format!("{id} ({} violations; first: {})", r.violations, r.first_violation.as_deref().unwrap_or("?")))
+        .collect();
+    match (expect, policy) {
+        (Expect::CanaryFails, _) => {
+            if results.duplicates.by_class.get("canary").copied().unwrap_or(0) == 0 {
+                return Err("the canary made no duplicate: the harness is broken".into());
+            }
+            Err(format!("invariants violated (expected of the canary): {}", broken.join("; ")))
+        }
+        _ if broken.is_empty() => Ok(()),
+        _ => Err(format!("invariants violated: {}", broken.join("; "))),
+    }
+}
+
+/// Peak resident set size of this process, from `/proc/self/status` (0 where unavailable).
+pub fn peak_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return 0 };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The seed of shard `index` of a run split into shards.
+pub fn shard_seed(seed: u64, index: u32) -> u64 {
+    if index == 0 {
+        return seed;
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flowsim/shard");
+    hasher.update(&seed.to_le_bytes());
+    hasher.update(&index.to_le_bytes());
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(n)
+}
+
+/// Results without the three wall-time figures, as canonical bytes: what must be identical for one seed and build.
+pub fn deterministic_bytes(results: &Results) -> Vec<u8> {
+    let mut r = results.clone();
+    r.wall_seconds = 0.0;
+    r.steps_per_second = 0.0;
+    r.peak_rss_bytes = 0;
+    serde_json::to_vec_pretty(&r).expect("results serialise")
+}
+
+/// Prints the summary table.
+pub fn summary(results: &Results) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, k: &str, v: String| out.push_str(&format!("  {k:<28} {v}\n"));
+    out.push_str(&format!("flowsim: scenario {} seed {} policy {} ledger {}\n", results.scenario, results.seed, results.policy, results.ledger));
+    line(&mut out, "steps", results.steps.to_string());
+    line(&mut out, "runs", results.runs.to_string());
+    line(&mut out, "effects", results.effects.to_string());
+    let by: Vec<String> = results.duplicates.by_class.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    line(&mut out, "duplicates", format!("{} ({})", results.duplicates.total, by.join(", ")));
+    line(&mut out, "paused runs", results.paused_runs.to_string());
+    line(&mut out, "failed runs", results.failed_runs.to_string());
+    line(&mut out, "runs with a visible retry", results.runs_with_visible_retry.to_string());
+    line(&mut out, "auto-retry coverage", format!("{:.1} %", results.auto_retry_coverage * 100.0));
+    line(&mut out, "extra lookups", format!("{} ({} ms simulated)", results.extra_lookups, results.extra_lookup_ms_total));
+    let l = &results.latency;
+    line(&mut out, "step latency (sim ms)", format!("p50 {} p90 {} p99 {} p99.9 {} max {}", l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms));
+    line(&mut out, "simulated time", format!("{:.0} s", results.simulated_seconds));
+    line(&mut out, "trace hash", results.trace_hash.clone());
+    line(&mut out, "wall time", format!("{:.2} s ({:.0} steps/s)", results.wall_seconds, results.steps_per_second));
+    line(&mut out, "peak RSS", format!("{:.0} MiB", results.peak_rss_bytes as f64 / 1048576.0));
+    out.push_str("  invariants:");
+    for (id, r) in &results.invariants {
+        let mark = if !r.checked { "-" } else if r.holds { "ok" } else { "FAIL" };
+        out.push_str(&format!(" {id} {mark}"));
+    }
+    out.push('\n');
+    out
+}
+
+
+/// Runs the prepared scenario (split into `args.jobs` shards on as many threads) and fills the wall-time figures.
+#[cfg(madsim)]
+pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Results, Option<String>) {
+    use sim::world::{LedgerKind, WorldConfig, simulate};
+    let jobs = args.jobs.max(1);
+    let ledger = if args.ledger == "sqlite" { LedgerKind::Sqlite } else { LedgerKind::Memory };
+    let repro = repro_command(args, prepared.steps);
+    let configs: Vec<WorldConfig> = (0..jobs)
+        .map(|i| WorldConfig {
+            scenario: prepared.name.clone(),
+            seed: shard_seed(args.seed, i),
+            policy: args.policy,
+            ledger,
+            steps: prepared.steps / jobs as u64 + u64::from((i as u64) < prepared.steps % jobs as u64),
+            profile: prepared.profile.clone(),
+            keep_trace: args.trace.is_some(),
+            repro: repro.clone(),
+        })
+        .collect();
+    let progress: Vec<Arc<sim::Progress>> = (0..jobs).map(|_| Arc::new(sim::Progress::default())).collect();
+    #[allow(clippy::disallowed_methods, reason = "wall time is measured outside the simulation, for the report only")]
+    let started = std::time::Instant::now();
+    let bar = show_progress.then(|| progress_bar(prepared.steps, progress.clone()));
+    let outcomes: Vec<sim::world::Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = configs
+            .into_iter()
+            .zip(progress.iter().cloned())
+            .map(|(config, progress)| {
+                std::thread::Builder::new()
+                    .name("flowsim-shard".into())
+                    .spawn_scoped(scope, move || simulate(config, progress))
+                    .expect("a shard thread starts")
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let trace = outcomes.iter().find_map(|o| o.trace_text.clone());
+    let mut results = Results::merge_all(outcomes.iter().map(|o| &o.results)).expect("at least one shard");
+    results.seed = args.seed;
+    results.repro = repro;
+    results.wall_seconds = wall_seconds;
+    results.steps_per_second = if wall_seconds > 0.0 { results.steps as f64 / wall_seconds } else { 0.0 };
+    results.peak_rss_bytes = peak_rss_bytes();
+    (results, trace)
+}
+
+/// A progress bar with steps/s and ETA, fed from the shards' counters by a thread outside the simulation.
+#[cfg(madsim)]
+fn progress_bar(steps: u64, progress: Vec<Arc<sim::Progress>>) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(steps);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps {per_sec} ETA {eta}")
+            .expect("a valid progress template"),
+    );
+    let feeder = bar.clone();
+    #[allow(clippy::disallowed_methods, reason = "the progress thread runs outside the simulation and reads no state of it but counters")]
+    std::thread::spawn(move || {
+        loop {
+            let started: u64 = progress.iter().map(|p| p.steps_started.load(std::sync::atomic::Ordering::Relaxed)).sum();
+            feeder.set_position(started.min(steps));
+            if progress.iter().all(|p| p.done.load(std::sync::atomic::Ordering::Relaxed)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    });
+    bar
+}
