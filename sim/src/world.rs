@@ -5,7 +5,7 @@
 //! Everything is a function of the seed: the madsim runtime is seeded with it, and every random draw of the world,
 //! the fakes and the planner comes from a [`Rng`] forked from it by name. Time is madsim's virtual clock.
 
-use crate::checker::{ActionInfo, Checker, EffectSeen};
+use crate::checker::{Checker, EffectSeen};
 use crate::profile::Profile;
 use crate::results::{ActionStats, Results};
 use crate::trace::{Field, Trace};
@@ -14,7 +14,7 @@ use connectors_fake::rng::Rng;
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::{Clock, RuntimeClock};
-use engine::connector::{BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request};
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, Policy};
 use engine::key::Key;
@@ -285,11 +285,11 @@ impl Connector for WorkerLink {
         self.inner.actions()
     }
 
-    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
+    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, CallOutcome> {
         Box::pin(async move {
             if self.cut() {
                 // The connection could not be opened: nothing was sent.
-                return Outcome::NotApplied(engine::connector::NotApplied {
+                return CallOutcome::NotApplied(engine::connector::NotApplied {
                     error: "connection refused (network cut)".into(),
                     retryable: true,
                     retry_after_ms: None,
@@ -298,7 +298,7 @@ impl Connector for WorkerLink {
             let outcome = self.inner.call(request).await;
             if self.cut() {
                 // The request went out; the cut swallowed the answer.
-                return Outcome::Indeterminate("connection reset after send (network cut)".into());
+                return CallOutcome::Indeterminate("connection reset after send (network cut)".into());
             }
             outcome
         })
@@ -828,7 +828,12 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let ledger: Arc<dyn Ledger> = match config.ledger {
         LedgerKind::Memory => Arc::new(engine::ledger::memory::MemoryLedger::new()),
         LedgerKind::Sqlite => Arc::new(
-            engine::ledger::sqlite::SqliteLedger::open_in_memory()
+            // Group commit is safe here: the in-memory database lives outside every worker, so a worker crash loses
+            // nothing, and nothing survives the process anyway.
+            engine::ledger::sqlite::SqliteLedger::open_in_memory(engine::ledger::sqlite::Options {
+                group_commit_ops_max: 1_000,
+                ..Default::default()
+            })
                 .unwrap_or_else(|e| panic!("cannot open an in-memory SQLite ledger: {e}")),
         ),
     };
