@@ -111,9 +111,136 @@ fn one() -> u64 {
     1
 }
 
+/// What a merge writes into a text field whose inputs disagree.
+pub const MIXED: &str = "mixed";
+
+/// `a` if both agree, else [`MIXED`]. Associative: the result is `a` exactly when every input was `a`.
+fn merge_text(a: &mut String, b: &str) {
+    if a != b {
+        *a = MIXED.to_string();
+    }
+}
+
 impl Results {
     /// Did every invariant hold?
     pub fn all_hold(&self) -> bool {
         self.invariants.values().all(|i| i.holds)
+    }
+
+    /// Folds `other` into `self`, so that the results of shards (or of several seeds) add up to one.
+    ///
+    /// Counts are summed and maps merged key-wise. Text that differs (`scenario`, `policy`, `ledger`, `repro`, an
+    /// action's `class`, a knob) becomes `"mixed"`; `seed` stays the first one's. Trace hashes are joined in order with
+    /// `,`. Figures that cannot be summed are merged so that the merge stays associative (merging shard merges gives
+    /// the same as merging every run at once): latency percentiles keep the larger value (a conservative bound; exact
+    /// percentiles would need histograms), `peak_rss_bytes` the larger, an action's `lag_bound_ms` stays only if
+    /// equal, `auto_retry_coverage` stays if equal and is otherwise the mean weighted by runs. `steps_per_second` is
+    /// recomputed from the summed steps and wall seconds.
+    pub fn merge(&mut self, other: &Results) {
+        merge_text(&mut self.scenario, &other.scenario);
+        merge_text(&mut self.policy, &other.policy);
+        merge_text(&mut self.ledger, &other.ledger);
+        merge_text(&mut self.repro, &other.repro);
+        // Weighted before `runs` is summed below.
+        if self.auto_retry_coverage != other.auto_retry_coverage {
+            let runs_total = self.runs + other.runs;
+            self.auto_retry_coverage = if runs_total == 0 {
+                self.auto_retry_coverage.min(other.auto_retry_coverage)
+            } else {
+                (self.auto_retry_coverage * self.runs as f64 + other.auto_retry_coverage * other.runs as f64)
+                    / runs_total as f64
+            };
+        }
+        self.steps += other.steps;
+        self.runs += other.runs;
+        self.trace_hash = match (self.trace_hash.is_empty(), other.trace_hash.is_empty()) {
+            (_, true) => std::mem::take(&mut self.trace_hash),
+            (true, false) => other.trace_hash.clone(),
+            (false, false) => format!("{},{}", self.trace_hash, other.trace_hash),
+        };
+        self.effects += other.effects;
+        self.duplicates.total += other.duplicates.total;
+        for (class, count) in &other.duplicates.by_class {
+            *self.duplicates.by_class.entry(class.clone()).or_default() += count;
+        }
+        self.paused_runs += other.paused_runs;
+        self.failed_runs += other.failed_runs;
+        self.runs_with_visible_retry += other.runs_with_visible_retry;
+        self.extra_lookups += other.extra_lookups;
+        self.extra_lookup_ms_total += other.extra_lookup_ms_total;
+        let (l, o) = (&mut self.latency, &other.latency);
+        l.p50_ms = l.p50_ms.max(o.p50_ms);
+        l.p90_ms = l.p90_ms.max(o.p90_ms);
+        l.p99_ms = l.p99_ms.max(o.p99_ms);
+        l.p999_ms = l.p999_ms.max(o.p999_ms);
+        l.max_ms = l.max_ms.max(o.max_ms);
+        for (name, theirs) in &other.actions {
+            match self.actions.get_mut(name) {
+                None => {
+                    self.actions.insert(name.clone(), theirs.clone());
+                }
+                Some(ours) => ours.merge(theirs),
+            }
+        }
+        for (id, theirs) in &other.invariants {
+            match self.invariants.get_mut(id) {
+                None => {
+                    self.invariants.insert(id.clone(), theirs.clone());
+                }
+                Some(ours) => {
+                    ours.holds &= theirs.holds;
+                    ours.violations += theirs.violations;
+                    if ours.first_violation.is_none() {
+                        ours.first_violation.clone_from(&theirs.first_violation);
+                    }
+                }
+            }
+        }
+        for (knob, theirs) in &other.knobs {
+            match self.knobs.get_mut(knob) {
+                None => {
+                    self.knobs.insert(knob.clone(), theirs.clone());
+                }
+                Some(ours) if ours != theirs => *ours = serde_json::Value::String(MIXED.to_string()),
+                Some(_) => {}
+            }
+        }
+        // A result that predates `merged_runs` (or was built with `Default`) still stands for one run.
+        self.merged_runs = self.merged_runs.max(1) + other.merged_runs.max(1);
+        self.simulated_seconds += other.simulated_seconds;
+        self.wall_seconds += other.wall_seconds;
+        self.steps_per_second = if self.wall_seconds > 0.0 { self.steps as f64 / self.wall_seconds } else { 0.0 };
+        self.peak_rss_bytes = self.peak_rss_bytes.max(other.peak_rss_bytes);
+    }
+
+    /// The merge of `all` in order ([`Results::merge`]), or `None` when `all` is empty.
+    pub fn merge_all<'a>(all: impl IntoIterator<Item = &'a Results>) -> Option<Results> {
+        let mut all = all.into_iter();
+        let mut merged = all.next()?.clone();
+        for r in all {
+            merged.merge(r);
+        }
+        Some(merged)
+    }
+}
+
+impl ActionStats {
+    /// Folds `other` (the same action in another run) into `self`; see [`Results::merge`].
+    pub fn merge(&mut self, other: &ActionStats) {
+        merge_text(&mut self.class, &other.class);
+        // Union in order of first appearance: associative, and unchanged when both agree.
+        for safeguard in &other.safeguards {
+            if !self.safeguards.contains(safeguard) {
+                self.safeguards.push(safeguard.clone());
+            }
+        }
+        self.steps += other.steps;
+        self.effects += other.effects;
+        self.duplicates += other.duplicates;
+        self.calls += other.calls;
+        self.lookups += other.lookups;
+        if self.lag_bound_ms != other.lag_bound_ms {
+            self.lag_bound_ms = None;
+        }
     }
 }

@@ -1,0 +1,819 @@
+//! The duplicate-rate report: from one or more results files to `report.md`, `report.html` and `report.json`.
+//!
+//! The work is split into a pure core and a thin driver. [`build_report`] turns results into a [`Report`] (every
+//! figure, each rate with its exact 95 % bounds; this is `report.json`); [`render_markdown`] and [`render_html`] lay the
+//! same [`Block`]s out for GitHub and for a browser; [`write_report`] and [`load_results`] do the file I/O.
+//!
+//! Results are grouped by policy and each group merged by summing counts ([`sim::results::Results::merge`]); the
+//! first group (`rules` when present) is the one the guarantees table and a baseline diff are about. Residual
+//! duplicates against the lag bound are taken from the unmerged inputs, because a merge of different lag bounds
+//! forgets the bound.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use sim::results::{Latency, Results};
+
+use crate::rates::{Change, Rate, significant};
+use crate::svg::{Bar, BarChart, Series, escape};
+
+/// The value of `report_format` in `report.json`; lets [`load_results`] tell a report from a results file.
+pub const REPORT_FORMAT: &str = "flow-report/1";
+
+/// The most single runs listed one by one in the report; beyond it only runs that broke an invariant are listed.
+const RUNS_LISTED_MAX: usize = 50;
+
+/// Operating errors of the report: unreadable or malformed input, unwritable output.
+#[derive(Debug)]
+pub enum Error {
+    /// No results were given.
+    NoResults,
+    Read { path: PathBuf, source: std::io::Error },
+    /// The file is not results JSON (nor a `report.json`); `line` and `column` are 1-based, 0 when unknown.
+    Parse { path: PathBuf, line: usize, column: usize, message: String },
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::NoResults => write!(f, "no results to report on: give at least one results JSON file"),
+            Error::Read { path, source } => write!(f, "cannot read {}: {source}", path.display()),
+            Error::Parse { path, line, column, message } if *line > 0 => {
+                write!(f, "{}:{line}:{column}: not a flowsim results file: {message}", path.display())
+            }
+            Error::Parse { path, message, .. } => {
+                write!(f, "{}: not a flowsim results file: {message}", path.display())
+            }
+            Error::Write { path, source } => write!(f, "cannot write {}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Read { source, .. } | Error::Write { source, .. } => Some(source),
+            Error::NoResults | Error::Parse { .. } => None,
+        }
+    }
+}
+
+/// `report.json`: every figure of the report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// Always [`REPORT_FORMAT`].
+    pub report_format: String,
+    /// One section per policy, `rules` first, then `naive`, then any other.
+    pub policies: Vec<PolicySection>,
+    /// Residual duplicates of lookup actions against their lag bound (first policy), when several bounds were run.
+    pub lag_series: Vec<LagSeries>,
+    /// The single runs that went in, in order.
+    pub runs: Vec<RunSummary>,
+    pub baseline: Option<BaselineDiff>,
+}
+
+/// The merged figures of one policy.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PolicySection {
+    pub policy: String,
+    pub duplicates: Rate,
+    /// Runs in which a customer could see a retry, out of all runs.
+    pub visible_retries: Rate,
+    pub by_class: Vec<ClassRow>,
+    /// The public guarantees table.
+    pub actions: Vec<ActionRow>,
+    pub invariants: Vec<InvariantRow>,
+    /// The merged results themselves (what `--baseline` reads back from a `report.json`).
+    pub results: Results,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClassRow {
+    pub class: String,
+    /// Duplicates per write step of the actions in this class (of all steps when no action has the class).
+    pub duplicates: Rate,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ActionRow {
+    pub action: String,
+    pub class: String,
+    pub safeguards: Vec<String>,
+    pub duplicates: Rate,
+    pub lag_bound_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InvariantRow {
+    pub id: String,
+    pub holds: bool,
+    pub violations: u64,
+    pub first_violation: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LagSeries {
+    pub action: String,
+    pub points: Vec<LagPoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LagPoint {
+    pub lag_bound_ms: u64,
+    pub duplicates: Rate,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunSummary {
+    pub scenario: String,
+    pub seed: u64,
+    pub policy: String,
+    pub steps: u64,
+    pub duplicates: u64,
+    pub all_hold: bool,
+    pub repro: String,
+}
+
+/// The first policy's figures against a previous release's.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BaselineDiff {
+    pub baseline_policy: String,
+    pub total: Change,
+    pub by_class: Vec<NamedChange>,
+    pub actions: Vec<NamedChange>,
+    /// Invariants that held in the baseline and are broken now.
+    pub invariants_newly_broken: Vec<String>,
+    /// Significant rate regressions plus newly broken invariants.
+    pub regression_count: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NamedChange {
+    pub name: String,
+    pub change: Change,
+}
+
+/// A rate of `events` in `trials`. Above one event per trial (only a canary gets there: one key can have several
+/// duplicates) the events are capped at the trials, so the rate reads "every step" rather than failing the report.
+fn rate(events: u64, trials: u64) -> Rate {
+    Rate::new(events.min(trials), trials).expect("events are capped at trials")
+}
+
+/// Policies in report order: `rules`, `naive`, then the rest alphabetically.
+fn policy_rank(policy: &str) -> (u8, &str) {
+    match policy {
+        "rules" => (0, policy),
+        "naive" => (1, policy),
+        other => (2, other),
+    }
+}
+
+/// Duplicates and steps by guarantee class. A class's steps are those of its actions; a class in the duplicate
+/// counts without any action of its own (e.g. `canary`) is measured against all steps.
+fn class_rows(results: &Results) -> Vec<ClassRow> {
+    let mut steps_by_class: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for stats in results.actions.values() {
+        let entry = steps_by_class.entry(stats.class.as_str()).or_default();
+        entry.0 += stats.steps;
+        entry.1 += stats.duplicates;
+    }
+    let mut classes: Vec<&str> = steps_by_class.keys().copied().collect();
+    for class in results.duplicates.by_class.keys() {
+        if !classes.contains(&class.as_str()) {
+            classes.push(class);
+        }
+    }
+    classes.sort_unstable();
+    classes
+        .into_iter()
+        .map(|class| {
+            let (steps, action_duplicates) = steps_by_class.get(class).copied().unwrap_or((0, 0));
+            let duplicates = results.duplicates.by_class.get(class).copied().unwrap_or(action_duplicates);
+            let trials = if steps == 0 { results.steps } else { steps };
+            ClassRow { class: class.to_string(), duplicates: rate(duplicates, trials) }
+        })
+        .collect()
+}
+
+fn policy_section(results: Results) -> PolicySection {
+    PolicySection {
+        policy: results.policy.clone(),
+        duplicates: rate(results.duplicates.total, results.steps),
+        visible_retries: rate(results.runs_with_visible_retry, results.runs),
+        by_class: class_rows(&results),
+        actions: results
+            .actions
+            .iter()
+            .map(|(action, stats)| ActionRow {
+                action: action.clone(),
+                class: stats.class.clone(),
+                safeguards: stats.safeguards.clone(),
+                duplicates: rate(stats.duplicates, stats.steps),
+                lag_bound_ms: stats.lag_bound_ms,
+            })
+            .collect(),
+        invariants: results
+            .invariants
+            .iter()
+            .map(|(id, i)| InvariantRow {
+                id: id.clone(),
+                holds: i.holds,
+                violations: i.violations,
+                first_violation: i.first_violation.clone(),
+            })
+            .collect(),
+        results,
+    }
+}
+
+fn lag_series(inputs: &[&Results]) -> Vec<LagSeries> {
+    let mut by_action: BTreeMap<&str, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
+    for results in inputs {
+        for (action, stats) in &results.actions {
+            if let Some(bound) = stats.lag_bound_ms {
+                let entry = by_action.entry(action.as_str()).or_default().entry(bound).or_default();
+                entry.0 += stats.steps;
+                entry.1 += stats.duplicates;
+            }
+        }
+    }
+    by_action
+        .into_iter()
+        .filter(|(_, points)| points.len() >= 2)
+        .map(|(action, points)| LagSeries {
+            action: action.to_string(),
+            points: points
+                .into_iter()
+                .map(|(lag_bound_ms, (steps, duplicates))| LagPoint { lag_bound_ms, duplicates: rate(duplicates, steps) })
+                .collect(),
+        })
+        .collect()
+}
+
+fn baseline_diff(baseline: &Results, current: &PolicySection) -> BaselineDiff {
+    let old = policy_section(baseline.clone());
+    let total = Change::new(old.duplicates, current.duplicates);
+    let by_class: Vec<NamedChange> = current
+        .by_class
+        .iter()
+        .map(|row| {
+            let before = old.by_class.iter().find(|o| o.class == row.class).map_or(rate(0, 0), |o| o.duplicates);
+            NamedChange { name: row.class.clone(), change: Change::new(before, row.duplicates) }
+        })
+        .collect();
+    let actions: Vec<NamedChange> = current
+        .actions
+        .iter()
+        .map(|row| {
+            let before = old.actions.iter().find(|o| o.action == row.action).map_or(rate(0, 0), |o| o.duplicates);
+            NamedChange { name: row.action.clone(), change: Change::new(before, row.duplicates) }
+        })
+        .collect();
+    let invariants_newly_broken: Vec<String> = current
+        .invariants
+        .iter()
+        .filter(|now| !now.holds && old.invariants.iter().find(|o| o.id == now.id).is_none_or(|o| o.holds))
+        .map(|now| now.id.clone())
+        .collect();
+    let regression_count = usize::from(total.regression)
+        + by_class.iter().filter(|c| c.change.regression).count()
+        + actions.iter().filter(|c| c.change.regression).count()
+        + invariants_newly_broken.len();
+    BaselineDiff { baseline_policy: old.policy, total, by_class, actions, invariants_newly_broken, regression_count }
+}
+
+/// Every figure of the report for `results` (grouped by policy and merged), against `baseline` when given.
+pub fn build_report(results: &[Results], baseline: Option<&Results>) -> Result<Report, Error> {
+    if results.is_empty() {
+        return Err(Error::NoResults);
+    }
+    let mut groups: BTreeMap<(u8, &str), Vec<&Results>> = BTreeMap::new();
+    for r in results {
+        groups.entry(policy_rank(&r.policy)).or_default().push(r);
+    }
+    let policies: Vec<PolicySection> = groups
+        .values()
+        .map(|group| policy_section(Results::merge_all(group.iter().copied()).expect("a group is never empty")))
+        .collect();
+    let first_group = groups.values().next().expect("results are not empty");
+    let lag_series = lag_series(first_group);
+    let baseline = baseline.map(|b| baseline_diff(b, &policies[0]));
+    let runs = results
+        .iter()
+        .map(|r| RunSummary {
+            scenario: r.scenario.clone(),
+            seed: r.seed,
+            policy: r.policy.clone(),
+            steps: r.steps,
+            duplicates: r.duplicates.total,
+            all_hold: r.all_hold(),
+            repro: r.repro.clone(),
+        })
+        .collect();
+    Ok(Report { report_format: REPORT_FORMAT.to_string(), policies, lag_series, runs, baseline })
+}
+
+/// A piece of the report, laid out by both renderers. Text is plain; each renderer escapes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    Heading(String),
+    Paragraph(String),
+    List(Vec<String>),
+    Table { header: Vec<String>, rows: Vec<Vec<String>> },
+    /// HTML only (Markdown on GitHub would strip inline SVG).
+    Chart(BarChart),
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn percent(x: f64) -> String {
+    format!("{} %", significant(x * 100.0, 4))
+}
+
+/// The measured rate column: "0" or "2.4 per million (95 % CI …)".
+fn measured(rate: &Rate) -> String {
+    if rate.trials == 0 {
+        "no steps".to_string()
+    } else if rate.events == 0 {
+        "0".to_string()
+    } else {
+        rate.describe()
+    }
+}
+
+/// The upper-bound column: "6.2 per 100 million".
+fn upper(rate: &Rate) -> String {
+    if rate.trials == 0 {
+        return "—".to_string();
+    }
+    let scale = crate::rates::Scale::for_value(rate.upper_95);
+    format!("{} {}", scale.format(rate.upper_95), scale.name)
+}
+
+fn rate_bar(rate: &Rate) -> Bar {
+    let per = 1e6;
+    let label = if rate.events == 0 {
+        format!("0 (≤ {})", significant(rate.upper_95 * per, 2))
+    } else {
+        significant(rate.point * per, 2)
+    };
+    Bar {
+        value: rate.point * per,
+        whisker: Some((rate.interval_95.low * per, rate.interval_95.high * per)),
+        label,
+    }
+}
+
+fn latency_values(l: &Latency) -> [u64; 5] {
+    [l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms]
+}
+
+/// The report as blocks, in reading order.
+pub fn blocks(report: &Report) -> Vec<Block> {
+    let mut out = Vec::new();
+    let first = &report.policies[0];
+    let scenarios: Vec<&str> = {
+        let mut s: Vec<&str> = report.runs.iter().map(|r| r.scenario.as_str()).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    out.push(Block::Paragraph(format!(
+        "Scenarios: {}. {} results merged by summing counts; policies: {}. Every rate carries its exact \
+         (Clopper–Pearson) 95 % interval; a measured zero is stated with its one-sided 95 % upper bound.",
+        scenarios.join(", "),
+        report.runs.len(),
+        report.policies.iter().map(|p| p.policy.as_str()).collect::<Vec<_>>().join(", ")
+    )));
+
+    for section in &report.policies {
+        let r = &section.results;
+        out.push(Block::Heading(format!("Headline ({})", section.policy)));
+        let broken: Vec<String> =
+            section.invariants.iter().filter(|i| !i.holds).map(|i| format!("{} ({} violations)", i.id, i.violations)).collect();
+        out.push(Block::List(vec![
+            format!("Steps: {} in {} runs", thousands(r.steps), thousands(r.runs)),
+            format!("Duplicate side effects: {}", section.duplicates.describe()),
+            format!(
+                "Runs without a retry a customer can see: {} ({} of {})",
+                percent(1.0 - section.visible_retries.point),
+                thousands(r.runs - r.runs_with_visible_retry),
+                thousands(r.runs)
+            ),
+            format!("Automatic retries enabled for {} of actions", percent(r.auto_retry_coverage)),
+            format!("Paused runs: {}; failed runs: {}", thousands(r.paused_runs), thousands(r.failed_runs)),
+            format!(
+                "Extra lookups made because of the rules: {} (simulated cost {} ms in all)",
+                thousands(r.extra_lookups),
+                thousands(r.extra_lookup_ms_total)
+            ),
+            if broken.is_empty() {
+                format!("Invariants: all {} held", section.invariants.len())
+            } else {
+                format!("Invariants BROKEN: {}", broken.join(", "))
+            },
+        ]));
+    }
+
+    out.push(Block::Heading(format!("Guarantees by connector ({})", first.policy)));
+    out.push(Block::Table {
+        header: ["Action", "Class", "Safeguards", "Steps", "Duplicates", "Measured rate", "95 % upper bound"]
+            .map(String::from)
+            .to_vec(),
+        rows: first
+            .actions
+            .iter()
+            .map(|a| {
+                let safeguards = if a.safeguards.is_empty() { "none".to_string() } else { a.safeguards.join("; ") };
+                vec![
+                    a.action.clone(),
+                    a.class.clone(),
+                    safeguards,
+                    thousands(a.duplicates.trials),
+                    thousands(a.duplicates.events),
+                    measured(&a.duplicates),
+                    upper(&a.duplicates),
+                ]
+            })
+            .collect(),
+    });
+
+    out.push(Block::Heading("Duplicates by guarantee class".to_string()));
+    out.push(Block::Table {
+        header: ["Policy", "Class", "Steps", "Duplicates", "Measured rate", "95 % upper bound"].map(String::from).to_vec(),
+        rows: report
+            .policies
+            .iter()
+            .flat_map(|p| {
+                p.by_class.iter().map(|c| {
+                    vec![
+                        p.policy.clone(),
+                        c.class.clone(),
+                        thousands(c.duplicates.trials),
+                        thousands(c.duplicates.events),
+                        measured(&c.duplicates),
+                        upper(&c.duplicates),
+                    ]
+                })
+            })
+            .collect(),
+    });
+    let mut classes: Vec<String> = report.policies.iter().flat_map(|p| p.by_class.iter().map(|c| c.class.clone())).collect();
+    classes.sort_unstable();
+    classes.dedup();
+    out.push(Block::Chart(BarChart {
+        title: "Duplicates per million steps by guarantee class".to_string(),
+        y_label: "duplicates per million steps (95 % CI)".to_string(),
+        series: report
+            .policies
+            .iter()
+            .map(|p| Series {
+                name: p.policy.clone(),
+                bars: classes
+                    .iter()
+                    .map(|class| p.by_class.iter().find(|c| &c.class == class).map(|c| rate_bar(&c.duplicates)))
+                    .collect(),
+            })
+            .collect(),
+        categories: classes,
+    }));
+
+    if !report.lag_series.is_empty() {
+        out.push(Block::Heading(format!("Residual duplicates against the lag bound ({})", first.policy)));
+        out.push(Block::Table {
+            header: ["Action", "Lag bound", "Steps", "Duplicates", "Measured rate", "95 % upper bound"]
+                .map(String::from)
+                .to_vec(),
+            rows: report
+                .lag_series
+                .iter()
+                .flat_map(|s| {
+                    s.points.iter().map(|p| {
+                        vec![
+                            s.action.clone(),
+                            format!("{} ms", thousands(p.lag_bound_ms)),
+                            thousands(p.duplicates.trials),
+                            thousands(p.duplicates.events),
+                            measured(&p.duplicates),
+                            upper(&p.duplicates),
+                        ]
+                    })
+                })
+                .collect(),
+        });
+        let mut bounds: Vec<u64> = report.lag_series.iter().flat_map(|s| s.points.iter().map(|p| p.lag_bound_ms)).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        out.push(Block::Chart(BarChart {
+            title: "Residual duplicates against the lag bound".to_string(),
+            y_label: "duplicates per million steps (95 % CI)".to_string(),
+            series: report
+                .lag_series
+                .iter()
+                .map(|s| Series {
+                    name: s.action.clone(),
+                    bars: bounds
+                        .iter()
+                        .map(|b| s.points.iter().find(|p| p.lag_bound_ms == *b).map(|p| rate_bar(&p.duplicates)))
+                        .collect(),
+                })
+                .collect(),
+            categories: bounds.iter().map(|b| format!("{} ms", thousands(*b))).collect(),
+        }));
+    }
+
+    out.push(Block::Heading("Step latency (simulated milliseconds)".to_string()));
+    out.push(Block::Paragraph(
+        "From a step's first attempt to its succeeded record. A merge keeps the largest of each percentile over the \
+         merged results, so these are upper bounds when several results were merged."
+            .to_string(),
+    ));
+    let percentile_names = ["p50", "p90", "p99", "p99.9", "max"];
+    out.push(Block::Table {
+        header: std::iter::once("Policy").chain(percentile_names).map(String::from).collect(),
+        rows: report
+            .policies
+            .iter()
+            .map(|p| {
+                std::iter::once(p.policy.clone())
+                    .chain(latency_values(&p.results.latency).iter().map(|v| thousands(*v)))
+                    .collect()
+            })
+            .collect(),
+    });
+    out.push(Block::Chart(BarChart {
+        title: "Step latency percentiles".to_string(),
+        y_label: "simulated ms".to_string(),
+        categories: percentile_names.map(String::from).to_vec(),
+        series: report
+            .policies
+            .iter()
+            .map(|p| Series {
+                name: p.policy.clone(),
+                bars: latency_values(&p.results.latency)
+                    .iter()
+                    .map(|v| Some(Bar { value: *v as f64, whisker: None, label: thousands(*v) }))
+                    .collect(),
+            })
+            .collect(),
+    }));
+
+    out.push(Block::Heading("Invariants".to_string()));
+    out.push(Block::Table {
+        header: ["Policy", "Invariant", "Holds", "Violations", "First violation"].map(String::from).to_vec(),
+        rows: report
+            .policies
+            .iter()
+            .flat_map(|p| {
+                p.invariants.iter().map(|i| {
+                    vec![
+                        p.policy.clone(),
+                        i.id.clone(),
+                        if i.holds { "yes" } else { "NO" }.to_string(),
+                        thousands(i.violations),
+                        i.first_violation.clone().unwrap_or_default(),
+                    ]
+                })
+            })
+            .collect(),
+    });
+
+    if let Some(diff) = &report.baseline {
+        out.push(Block::Heading("Against the baseline".to_string()));
+        out.push(Block::Paragraph(format!(
+            "{} significant regression(s). A rate is flagged when it is higher than the baseline's ({} policy) with a \
+             one-sided p-value below {} (exact conditional binomial test on the duplicate counts); an invariant is \
+             flagged when it held in the baseline and is broken now.",
+            diff.regression_count,
+            diff.baseline_policy,
+            crate::rates::REGRESSION_P_VALUE_MAX
+        )));
+        let row = |name: &str, c: &Change| {
+            vec![
+                name.to_string(),
+                measured(&c.baseline),
+                measured(&c.current),
+                significant(c.p_value, 2),
+                if c.regression { "REGRESSION" } else { "ok" }.to_string(),
+            ]
+        };
+        let mut rows = vec![row("all steps", &diff.total)];
+        rows.extend(diff.by_class.iter().map(|c| row(&format!("class {}", c.name), &c.change)));
+        rows.extend(diff.actions.iter().map(|c| row(&c.name, &c.change)));
+        out.push(Block::Table {
+            header: ["Figure", "Baseline", "Now", "p-value", "Verdict"].map(String::from).to_vec(),
+            rows,
+        });
+        if !diff.invariants_newly_broken.is_empty() {
+            out.push(Block::Paragraph(format!(
+                "REGRESSION: invariants broken now that held in the baseline: {}",
+                diff.invariants_newly_broken.join(", ")
+            )));
+        }
+    }
+
+    out.push(Block::Heading("Runs".to_string()));
+    let failing: Vec<&RunSummary> = report.runs.iter().filter(|r| !r.all_hold).collect();
+    let listed: Vec<&RunSummary> =
+        if report.runs.len() <= RUNS_LISTED_MAX { report.runs.iter().collect() } else { failing.clone() };
+    out.push(Block::Paragraph(format!(
+        "{} results, {} with a broken invariant{}.",
+        report.runs.len(),
+        failing.len(),
+        if listed.len() < report.runs.len() { " (only those are listed)" } else { "" }
+    )));
+    out.push(Block::Table {
+        header: ["Scenario", "Seed", "Policy", "Steps", "Duplicates", "Invariants", "Reproduce with"]
+            .map(String::from)
+            .to_vec(),
+        rows: listed
+            .iter()
+            .map(|r| {
+                vec![
+                    r.scenario.clone(),
+                    r.seed.to_string(),
+                    r.policy.clone(),
+                    thousands(r.steps),
+                    thousands(r.duplicates),
+                    if r.all_hold { "held" } else { "BROKEN" }.to_string(),
+                    r.repro.clone(),
+                ]
+            })
+            .collect(),
+    });
+    out
+}
+
+const TITLE: &str = "Flow duplicate-rate report";
+
+/// Escapes text for a GitHub Markdown table cell or paragraph (pipes, markup characters, line breaks).
+fn markdown_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' | '\\' | '*' | '_' | '`' | '[' | ']' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The report for GitHub.
+pub fn render_markdown(report: &Report) -> String {
+    let mut md = format!("# {TITLE}\n\n");
+    for block in blocks(report) {
+        match block {
+            Block::Heading(text) => {
+                let _ = writeln!(md, "## {}\n", markdown_text(&text));
+            }
+            Block::Paragraph(text) => {
+                let _ = writeln!(md, "{}\n", markdown_text(&text));
+            }
+            Block::List(items) => {
+                for item in items {
+                    let _ = writeln!(md, "- {}", markdown_text(&item));
+                }
+                md.push('\n');
+            }
+            Block::Table { header, rows } => {
+                let line = |cells: &[String]| {
+                    format!("| {} |\n", cells.iter().map(|c| markdown_text(c)).collect::<Vec<_>>().join(" | "))
+                };
+                md.push_str(&line(&header));
+                let _ = writeln!(md, "|{}", "---|".repeat(header.len()));
+                for row in &rows {
+                    md.push_str(&line(row));
+                }
+                md.push('\n');
+            }
+            Block::Chart(_) => {}
+        }
+    }
+    md
+}
+
+/// The report as one self-contained HTML page with inline SVG charts.
+pub fn render_html(report: &Report) -> String {
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{TITLE}</title>\n<style>\n\
+         body {{ font-family: sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }}\n\
+         table {{ border-collapse: collapse; margin: 1em 0; }}\n\
+         th, td {{ border: 1px solid #ccc; padding: 4px 8px; text-align: left; vertical-align: top; }}\n\
+         th {{ background: #f3f3f3; }}\n\
+         figure {{ margin: 1em 0; }}\n\
+         </style>\n</head>\n<body>\n<h1>{TITLE}</h1>\n"
+    );
+    for block in blocks(report) {
+        match block {
+            Block::Heading(text) => {
+                let _ = writeln!(html, "<h2>{}</h2>", escape(&text));
+            }
+            Block::Paragraph(text) => {
+                let _ = writeln!(html, "<p>{}</p>", escape(&text));
+            }
+            Block::List(items) => {
+                html.push_str("<ul>\n");
+                for item in items {
+                    let _ = writeln!(html, "<li>{}</li>", escape(&item));
+                }
+                html.push_str("</ul>\n");
+            }
+            Block::Table { header, rows } => {
+                html.push_str("<table>\n<thead><tr>");
+                for h in &header {
+                    let _ = write!(html, "<th>{}</th>", escape(h));
+                }
+                html.push_str("</tr></thead>\n<tbody>\n");
+                for row in &rows {
+                    html.push_str("<tr>");
+                    for cell in row {
+                        let _ = write!(html, "<td>{}</td>", escape(cell));
+                    }
+                    html.push_str("</tr>\n");
+                }
+                html.push_str("</tbody>\n</table>\n");
+            }
+            Block::Chart(chart) => {
+                let _ = writeln!(html, "<figure>{}</figure>", chart.render());
+            }
+        }
+    }
+    html.push_str("</body>\n</html>\n");
+    html
+}
+
+/// The report's JSON (`report.json`).
+pub fn render_json(report: &Report) -> String {
+    // Every field serialises (no maps with non-string keys, no non-finite floats: rates lie in 0..=1).
+    serde_json::to_string_pretty(report).expect("a Report serialises to JSON")
+}
+
+/// Writes `report.md`, `report.html` and `report.json` for `results` (against `baseline`) into `out_dir`, creating
+/// it if needed.
+pub fn write_report(results: &[Results], baseline: Option<&Results>, out_dir: &Path) -> Result<(), Error> {
+    let report = build_report(results, baseline)?;
+    std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
+    for (name, text) in
+        [("report.md", render_markdown(&report)), ("report.html", render_html(&report)), ("report.json", render_json(&report))]
+    {
+        let path = out_dir.join(name);
+        std::fs::write(&path, text).map_err(|source| Error::Write { path, source })?;
+    }
+    Ok(())
+}
+
+/// Reads a results JSON file (`flowsim run --json`), or a `report.json`, whose first policy's merged results it
+/// returns (so a previous release's report can serve as `--baseline`).
+pub fn load_results(path: impl AsRef<Path>) -> Result<Results, Error> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
+    parse_results(&text, path)
+}
+
+/// [`load_results`] on text already read; `path` names the source in errors.
+pub fn parse_results(text: &str, path: &Path) -> Result<Results, Error> {
+    let parse_error = |e: serde_json::Error| Error::Parse {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(parse_error)?;
+    if value.get("report_format").is_some() {
+        let report: Report = serde_json::from_str(text).map_err(parse_error)?;
+        if report.report_format != REPORT_FORMAT {
+            return Err(Error::Parse {
+                path: path.to_path_buf(),
+                line: 0,
+                column: 0,
+                message: format!("report format {:?}, this build reads {REPORT_FORMAT:?}", report.report_format),
+            });
+        }
+        return report.policies.into_iter().next().map(|p| p.results).ok_or_else(|| Error::Parse {
+            path: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            message: "the report has no policy sections".to_string(),
+        });
+    }
+    serde_json::from_str(text).map_err(parse_error)
+}
