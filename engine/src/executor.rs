@@ -846,7 +846,13 @@ impl Engine {
                         Claimed::Conflict(_) => continue,
                     };
                     person_retry = false;
+                    // Did an earlier attempt under this key maybe apply? Then a definite failure now does not make the
+                    // step definitely failed: "failed" needs every attempt to have definitely not applied. A lookup
+                    // that finds nothing past the lag bound settles the question.
+                    let mut earlier_maybe_applied =
+                        record.as_ref().is_some_and(|r| matches!(r.status, Status::Unknown | Status::Started));
                     if lookup_first && spec.has_lookup {
+                        earlier_maybe_applied = false;
                         let prior_definite = record.as_ref().is_none_or(|r| r.status == Status::Failed);
                         match self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
                             Some(end) => return Ok(end),
@@ -901,6 +907,12 @@ impl Engine {
                         Outcome::KeyInFlight => Completion::Unknown {
                             reason: "a concurrent request with this key is in flight (409)".to_string(),
                         },
+                    };
+                    let completion = match completion {
+                        Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
+                            reason: format!("{error} (an earlier attempt under this key may have applied)"),
+                        },
+                        other => other,
                     };
                     match self.ledger.complete(&key, fence, &completion, ended_ms) {
                         Ok(()) => {}

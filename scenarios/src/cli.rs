@@ -35,6 +35,9 @@ enum Command {
         /// Write the readable events around the first violation here.
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
+        /// With --trace: write every event of this run instead (from its start).
+        #[arg(long, requires = "trace")]
+        trace_run: Option<String>,
         /// Run twice and compare trace hashes and results (I9).
         #[arg(long)]
         check_determinism: bool,
@@ -78,7 +81,7 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run { scenario, seed, steps, policy, ledger, jobs, json, trace, check_determinism } => {
+        Command::Run { scenario, seed, steps, policy, ledger, jobs, json, trace, trace_run, check_determinism } => {
             let args = crate::run::RunArgs {
                 scenario,
                 seed,
@@ -94,6 +97,7 @@ pub fn main() -> i32 {
                 jobs,
                 json,
                 trace,
+                trace_run,
                 check_determinism,
                 quiet: false,
             };

@@ -18,6 +18,7 @@ pub struct RunArgs {
     pub jobs: u32,
     pub json: Option<std::path::PathBuf>,
     pub trace: Option<std::path::PathBuf>,
+    pub trace_run: Option<String>,
     pub check_determinism: bool,
     pub quiet: bool,
 }
@@ -199,6 +200,7 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
             steps: prepared.steps / jobs as u64 + u64::from((i as u64) < prepared.steps % jobs as u64),
             profile: prepared.profile.clone(),
             keep_trace: args.trace.is_some(),
+            trace_run: args.trace_run.clone(),
             repro: repro.clone(),
         })
         .collect();

@@ -46,7 +46,8 @@ struct KeyState {
     action: usize,
     step_id: String,
     effects: u32,
-    first_object: Option<String>,
+    /// The object ids of its effects (more than one only for a duplicate).
+    objects: Vec<String>,
     first_lag_ms: u64,
     succeeded: bool,
     /// The in-flight call: (worker, incarnation).
@@ -295,8 +296,8 @@ impl Checker {
         };
         let state = run.keys.entry(ledger_key).or_insert_with(|| KeyState { action, ..KeyState::default() });
         state.effects += 1;
+        state.objects.push(effect.object_id.to_owned());
         if state.effects == 1 {
-            state.first_object = Some(effect.object_id.to_owned());
             state.first_lag_ms = effect.visible_ms.saturating_sub(effect.committed_ms);
             return;
         }
@@ -342,13 +343,16 @@ impl Checker {
             if ledger_succeeded && !state.resolved_by_person {
                 if state.effects == 0 {
                     found.push(("I2", format!("run {run_id} step {}: succeeded without any effect", state.step_id)));
-                } else if let (Some(object), Some(output)) =
-                    (state.first_object.as_deref(), record.as_ref().and_then(|r| r.output.as_deref()))
-                    && !contains(output, object.as_bytes())
+                } else if let Some(output) = record.as_ref().and_then(|r| r.output.as_deref())
+                    && !state.objects.iter().any(|object| contains(output, object.as_bytes()))
                 {
                     found.push((
                         "I2",
-                        format!("run {run_id} step {}: the stored output does not describe effect {object}", state.step_id),
+                        format!(
+                            "run {run_id} step {}: the stored output describes none of its effects ({})",
+                            state.step_id,
+                            state.objects.join(", ")
+                        ),
                     ));
                 }
             }
@@ -381,7 +385,12 @@ impl Checker {
     /// external system for a paused run).
     pub fn paused_effect(&self, run_id: &str) -> Option<String> {
         let run = self.runs.get(run_id)?;
-        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.first_object.clone())
+        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.objects.first().cloned())
+    }
+
+    /// Up to `count` runs that have not finished, for diagnosis.
+    pub fn unfinished_runs(&self, count: usize) -> Vec<String> {
+        self.runs.keys().take(count).cloned().collect()
     }
 
     pub fn runs_in_flight(&self) -> usize {

@@ -31,6 +31,9 @@ pub struct Trace {
 }
 
 struct Readable {
+    /// Only events that mention this run (a field equal to it), from the start; everything when `None`.
+    run_filter: Option<String>,
+    epoch_ms: u64,
     before: VecDeque<String>,
     after: Vec<String>,
     violation_at: Option<u64>,
@@ -38,12 +41,23 @@ struct Readable {
 
 impl Trace {
     pub fn new(keep_readable: bool) -> Self {
+        Self::with_options(keep_readable, None, 0)
+    }
+
+    /// A trace that keeps readable events (times shown relative to `epoch_ms`); with `run_filter`, only the events
+    /// of that run, every one of them from the start.
+    pub fn with_options(keep_readable: bool, run_filter: Option<String>, epoch_ms: u64) -> Self {
         Trace {
             hasher: blake3::Hasher::new(),
             buf: Vec::with_capacity(256),
             events: 0,
-            readable: keep_readable
-                .then(|| Readable { before: VecDeque::with_capacity(TRACE_BEFORE_MAX), after: Vec::new(), violation_at: None }),
+            readable: keep_readable.then(|| Readable {
+                run_filter,
+                epoch_ms,
+                before: VecDeque::with_capacity(TRACE_BEFORE_MAX),
+                after: Vec::new(),
+                violation_at: None,
+            }),
         }
     }
 
@@ -72,6 +86,7 @@ impl Trace {
     pub fn violation(&mut self, description: &str) {
         if let Some(readable) = &mut self.readable
             && readable.violation_at.is_none()
+            && readable.run_filter.is_none()
         {
             readable.violation_at = Some(self.events);
             readable.after.push(format!("!!! first violation: {description}"));
@@ -92,7 +107,11 @@ impl Trace {
     pub fn readable_text(&self) -> Option<String> {
         let readable = self.readable.as_ref()?;
         let mut out = String::new();
+        if let Some(run) = &readable.run_filter {
+            out.push_str(&format!("# every event of run {run}\n"));
+        }
         match readable.violation_at {
+            _ if readable.run_filter.is_some() => {}
             Some(at) => out.push_str(&format!(
                 "# the {} events before the first violation (event #{at}), the violation, and up to {} after it\n",
                 readable.before.len(),
@@ -114,7 +133,13 @@ impl Trace {
 
 impl Readable {
     fn push(&mut self, number: u64, time_ms: u64, tag: &str, fields: &[Field<'_>]) {
-        let line = format_event(number, time_ms, tag, fields);
+        if let Some(run) = &self.run_filter {
+            if fields.iter().any(|f| matches!(f, Field::Str(s) if *s == run.as_str())) {
+                self.after.push(format_event(number, time_ms.saturating_sub(self.epoch_ms), tag, fields));
+            }
+            return;
+        }
+        let line = format_event(number, time_ms.saturating_sub(self.epoch_ms), tag, fields);
         if self.violation_at.is_some() {
             if self.after.len() <= TRACE_AFTER_MAX {
                 self.after.push(line);

@@ -57,6 +57,8 @@ pub struct WorldConfig {
     pub profile: Profile,
     /// Keep the readable trace around the first violation.
     pub keep_trace: bool,
+    /// Keep, instead, every event of this run.
+    pub trace_run: Option<String>,
     /// The command that reproduces this run, stored in the results.
     pub repro: String,
 }
@@ -538,6 +540,30 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
             start_drive(&world, &engine, me, run_id);
         }
     }
+    // Runs whose every driver died (a crash while a person was resolving, or during a replay): finish those that
+    // are terminal or paused, drive the others.
+    let orphans: Vec<String> = {
+        let incarnations = world.incarnations.lock().expect("incarnations");
+        let drivers = world.drivers.lock().expect("drivers");
+        drivers
+            .iter()
+            .filter(|(_, ds)| ds.iter().all(|d| incarnations[d.0 as usize] != d.1))
+            .map(|(run_id, _)| run_id.clone())
+            .collect()
+    };
+    for run_id in orphans {
+        let run = world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
+        match run {
+            Some(r) if r.status.is_terminal() || r.status == RunStatus::Paused => {
+                world.drivers.lock().expect("drivers").remove(&run_id);
+                world.finish_run(&run_id, r.status);
+            }
+            Some(_) => start_drive(&world, &engine, me, run_id),
+            None => {
+                world.drivers.lock().expect("drivers").remove(&run_id);
+            }
+        }
+    }
     loop {
         let next = world.mailboxes[worker as usize].lock().expect("mailbox").pop_front();
         match next {
@@ -842,7 +868,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let monitor = Arc::new(Monitor {
         state: Mutex::new(MonitorState {
             checker,
-            trace: Trace::new(config.keep_trace),
+            trace: Trace::with_options(config.keep_trace, config.trace_run.clone(), EPOCH_MS),
             crash_rng: Rng::new(config.seed).fork_named("crash-points"),
             crash_point_p: config.profile.world.crash_point_p,
             chaos: true,
@@ -920,6 +946,17 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     progress.done.store(true, Ordering::Relaxed);
     for error in world.engine_errors.lock().expect("errors").iter() {
         monitor.lock().checker.external_violation("I8", format!("engine error: {error}"));
+    }
+    let stuck = monitor.lock().checker.unfinished_runs(3);
+    for run_id in stuck {
+        let run = world.ledger.get_run(&run_id).ok().flatten();
+        let drivers = world.drivers.lock().expect("drivers").get(&run_id).cloned().unwrap_or_default();
+        let detail = match run {
+            Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
+            None => format!("not in the ledger; drivers {drivers:?}"),
+        };
+        monitor.world_event("stuck-run", &[Field::Str(&run_id), Field::Str(&detail)]);
+        eprintln!("flowsim: run {run_id} did not finish: {detail}");
     }
     let mut state = monitor.lock();
     state.checker.finish();
