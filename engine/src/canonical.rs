@@ -182,31 +182,64 @@ fn write_i64(n: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&digits[start..]);
 }
 
+/// For each byte, the escape it needs in a canonical string: 0 none, `u` the `\u00xx` form, else the letter after `\`.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0a] = b'n';
+    table[0x0c] = b'f';
+    table[0x0d] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// Whether any byte of `word` is below 0x20, `"` or `\\` (the SWAR zero-byte test: exact for "any", which is all
+/// this answers; the byte loop then finds which).
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
+    below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
+}
+
 /// Appends `s` as a canonical JSON string literal.
 fn write_string(s: &str, out: &mut Vec<u8>) {
-    out.push(b'"');
     let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
     let mut run_start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\x08' => b"\\b",
-            b'\t' => b"\\t",
-            b'\n' => b"\\n",
-            b'\x0c' => b"\\f",
-            b'\r' => b"\\r",
-            0x00..=0x1f => b"",
-            _ => continue,
-        };
+    let mut i = 0;
+    // Bounded by the string's length: every iteration advances `i` by 8 or by 1.
+    while i < bytes.len() {
+        // Most strings need no escape: skip 8 bytes at a time while none of them is a control, `"` or `\`.
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
+            if !needs_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        i += 1;
+        let escape = ESCAPE[usize::from(b)];
+        if escape == 0 {
+            continue;
+        }
+        let i = i - 1;
         out.extend_from_slice(&bytes[run_start..i]);
-        if escape.is_empty() {
+        if escape == b'u' {
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]]);
         } else {
-            out.extend_from_slice(escape);
+            out.extend_from_slice(&[b'\\', escape]);
         }
         run_start = i + 1;
     }
@@ -643,6 +676,20 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn needs_escape_finds_every_byte_that_needs_one() {
+        for fill in [b'a', 0xff, 0x80, b' '] {
+            for b in 0..=255u8 {
+                for position in 0..8 {
+                    let mut word = [fill; 8];
+                    word[position] = b;
+                    let expected = b < 0x20 || b == b'"' || b == b'\\';
+                    assert_eq!(needs_escape(u64::from_le_bytes(word)), expected, "byte {b:#04x} at {position}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn utf16_order_puts_supplementary_before_private_use() {

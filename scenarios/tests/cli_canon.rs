@@ -1,0 +1,131 @@
+//! `flowsim canon` and `flowsim key`, run as the built binary: stdout bytes on good input, exit code 2 and a message
+//! naming the problem (and where it is) on bad input.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+struct Output {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+fn flowsim(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the flowsim binary runs");
+    // A broken pipe is fine: a command that fails on its arguments may exit before reading its input.
+    let _ = child.stdin.take().expect("stdin is piped").write_all(stdin);
+    let output = child.wait_with_output().expect("flowsim finishes");
+    Output {
+        code: output.status.code().expect("flowsim exits with a code"),
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// (stdin, canonical stdout) for `flowsim canon`.
+const CANON_GOOD: &[(&[u8], &[u8])] = &[
+    (
+        br#"{"numbers":[333333333.33333329,1E30,4.50,2e-3,0.000000000000000000000000001],"string":"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/","literals":[null,true,false]}"#,
+        "{\"literals\":[null,true,false],\"numbers\":[333333333.3333333,1e+30,4.5,0.002,1e-27],\"string\":\"\u{20ac}$\\u000f\\nA'B\\\"\\\\\\\\\\\"/\"}".as_bytes(),
+    ),
+    (b" { \"b\" : 1.0 , \"a\" : [ -0 ] }\n", br#"{"a":[0],"b":1}"#),
+    ("{\"\u{fb33}\":1,\"\\ud83d\\ude00\":2}".as_bytes(), "{\"\u{1F600}\":2,\"\u{fb33}\":1}".as_bytes()),
+    (b"\"x\"", b"\"x\""),
+];
+
+/// (stdin, words the message on stderr must contain) for `flowsim canon` and `flowsim key`, each exiting with 2.
+const BAD_INPUT: &[(&[u8], &[&str])] = &[
+    (br#"{"id":1,"amount":5,"id":2}"#, &["duplicate object key \"id\"", "at byte 19"]),
+    (br#"["\ud800"]"#, &["lone UTF-16 surrogate", "at byte 2"]),
+    (b"[1e400]", &["number 1e400", "at byte 1", "IEEE-754"]),
+    (b"9007199254740993", &["9007199254740993", "exactly"]),
+    (b"\"\xff\"", &["invalid UTF-8", "at byte 1"]),
+    (b"{\"a\":", &["invalid JSON", "at byte 5"]),
+    (b"", &["invalid JSON", "at byte 0"]),
+    (b"[1] [2]", &["invalid JSON", "at byte 4", "trailing"]),
+];
+
+#[test]
+fn canon_writes_canonical_bytes() {
+    for &(input, expected) in CANON_GOOD {
+        let out = flowsim(&["canon"], input);
+        assert_eq!(out.code, 0, "{}: {}", String::from_utf8_lossy(input), out.stderr);
+        assert_eq!(out.stdout, expected, "{}", String::from_utf8_lossy(input));
+        assert_eq!(out.stderr, "");
+    }
+}
+
+#[test]
+fn canon_and_key_reject_bad_input_with_exit_2() {
+    let deep =
+        format!("{}{}", "[".repeat(engine::canonical::DEPTH_MAX + 1), "]".repeat(engine::canonical::DEPTH_MAX + 1));
+    let mut cases: Vec<(&[u8], &[&str])> = BAD_INPUT.to_vec();
+    cases.push((deep.as_bytes(), &["nesting deeper than 128 levels", "at byte 128"]));
+    for args in [
+        &["canon"][..],
+        &["key", "--run", "r", "--step", "s"],
+        &["key", "--run", "r", "--step", "s", "--volatile", "a"],
+    ] {
+        for &(input, needles) in &cases {
+            let out = flowsim(args, input);
+            let shown = String::from_utf8_lossy(input);
+            assert_eq!(out.code, 2, "{args:?} on {shown}");
+            assert!(out.stdout.is_empty(), "{args:?} on {shown} wrote to stdout");
+            for needle in needles {
+                assert!(out.stderr.contains(needle), "{args:?} on {shown}: {:?} lacks {needle:?}", out.stderr);
+            }
+        }
+    }
+}
+
+fn key_hex(args: &[&str], input: &str) -> String {
+    let out = flowsim(args, input.as_bytes());
+    assert_eq!(out.code, 0, "{args:?} on {input}: {}", out.stderr);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let hex = text.strip_suffix('\n').expect("the key ends with a newline");
+    assert_eq!(hex.len(), 64);
+    assert!(hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')), "{hex} is lowercase hex");
+    hex.to_string()
+}
+
+#[test]
+fn key_prints_the_step_key() {
+    let args = ["key", "--run", "run-1", "--step", "charge"];
+    let inputs = serde_json::json!({"currency": "eur", "amount": 4500});
+    let expected = engine::key::step_key("run-1", "charge", &inputs).unwrap().to_hex();
+    // Every spelling of the inputs gives the engine's key.
+    for text in [r#"{"amount":4500,"currency":"eur"}"#, "{ \"currency\": \"\\u0065ur\",\n \"amount\": 4.5e3 }"] {
+        assert_eq!(key_hex(&args, text), expected, "{text}");
+    }
+    // Another run, step or value is another key.
+    let text = r#"{"amount":4500,"currency":"eur"}"#;
+    assert_ne!(key_hex(&["key", "--run", "run-2", "--step", "charge"], text), expected);
+    assert_ne!(key_hex(&["key", "--run", "run-1", "--step", "refund"], text), expected);
+    assert_ne!(key_hex(&args, r#"{"amount":4501,"currency":"eur"}"#), expected);
+}
+
+#[test]
+fn key_leaves_out_volatile_paths() {
+    let args = ["key", "--run", "r", "--step", "s", "--volatile", "sent_at,meta.trace_id"];
+    let expected = engine::key::step_key("r", "s", &serde_json::json!({"amount": 1, "meta": {}})).unwrap().to_hex();
+    let a = r#"{"amount":1,"sent_at":"10:00","meta":{"trace_id":"t1"}}"#;
+    let b = r#"{"meta":{"trace_id":"t2"},"sent_at":"10:07","amount":1.0}"#;
+    assert_eq!(key_hex(&args, a), expected);
+    assert_eq!(key_hex(&args, b), expected);
+    assert_ne!(key_hex(&["key", "--run", "r", "--step", "s"], a), expected);
+}
+
+#[test]
+fn key_without_run_or_step_is_bad_usage() {
+    for args in [&["key", "--step", "s"][..], &["key", "--run", "r"]] {
+        let out = flowsim(args, b"{}");
+        assert_eq!(out.code, 2, "{args:?}");
+        assert!(out.stderr.contains("--"), "{args:?}: {}", out.stderr);
+    }
+}
