@@ -15,7 +15,8 @@ pub enum Event<'a> {
     /// A key's stored output was returned without a call (rule 1).
     Replayed { run_id: &'a str, step_id: &'a str, key: &'a Key },
     /// A plan of writes was recorded (or the recorded one was reused: `reused`).
-    PlanRecorded { run_id: &'a str, step_id: &'a str, key: &'a Key, writes: usize, reused: bool },
+    /// `plan` is the canonical JSON of the plan in force.
+    PlanRecorded { run_id: &'a str, step_id: &'a str, key: &'a Key, writes: usize, reused: bool, plan: &'a [u8] },
     /// An intent was written and the connector is about to be called. `key` is the ledger key of the write;
     /// `sent_key` is the key sent to the API (the same under the rules; a fresh one per attempt under the naive
     /// policy). A write of a multi-write or agent step reports its step id as `step#index`.

@@ -700,6 +700,7 @@ impl Engine {
             key: &step_key,
             writes: writes.len(),
             reused,
+            plan,
         });
         self.maybe_halt(CrashPoint::AfterPlanBeforeFirstWrite, run_id, &step_key).await;
         let mut outputs = Vec::with_capacity(writes.len());

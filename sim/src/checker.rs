@@ -64,6 +64,8 @@ struct RunState {
     keys: BTreeMap<Key, KeyState>,
     /// Steps whose plan is recorded: (step id) → the number of times a *new* plan was recorded.
     plans: BTreeMap<String, u32>,
+    /// Step key → the hash of the plan in force (a different one later breaks I7).
+    plan_keys: BTreeMap<Key, [u8; 32]>,
     paused_once: bool,
     pending_retry_grants: u32,
     aborted: bool,
@@ -168,14 +170,15 @@ impl Checker {
             Event::RunStarted { run_id, .. } => {
                 self.runs.entry(run_id.to_owned()).or_default();
             }
-            Event::PlanRecorded { run_id, step_id, reused, .. } => {
+            Event::PlanRecorded { run_id, step_id, key, plan, .. } => {
                 let run = self.runs.entry(run_id.to_owned()).or_default();
-                let count = run.plans.entry(step_id.to_owned()).or_default();
-                if !reused {
-                    *count += 1;
-                    if *count > 1 {
-                        self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));
-                    }
+                run.plans.entry(step_id.to_owned()).or_default();
+                // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
+                // two workers may both report the plan in force, but its content must never change.
+                let hash = *blake3::hash(plan).as_bytes();
+                let first = run.plan_keys.entry(*key).or_insert(hash);
+                if *first != hash {
+                    self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));
                 }
             }
             Event::CallStarted { run_id, step_id, key, sent_key, action, attempt } => {

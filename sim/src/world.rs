@@ -172,7 +172,9 @@ impl Observer for WorkerObserver {
             }
             crash
         };
-        if crash {
+        // The front door (the API and webhook endpoint) is not a worker node: there a crash point fails the request,
+        // and the sender tries again.
+        if crash && self.worker < self.world.config.profile.world.workers {
             self.world.crash_worker(self.worker);
         }
         crash
@@ -202,10 +204,18 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
         Event::Replayed { run_id, step_id, key } => {
             trace.record(now, "replayed", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0)])
         }
-        Event::PlanRecorded { run_id, step_id, key, writes, reused } => trace.record(
+        Event::PlanRecorded { run_id, step_id, key, writes, reused, plan } => trace.record(
             now,
             "plan-recorded",
-            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::U64(writes as u64), Field::U64(reused as u64)],
+            &[
+                w,
+                Field::Str(run_id),
+                Field::Str(step_id),
+                Field::Bytes(&key.0),
+                Field::U64(writes as u64),
+                Field::U64(reused as u64),
+                Field::Bytes(blake3::hash(plan).as_bytes()),
+            ],
         ),
         Event::CallStarted { run_id, step_id, key, sent_key, action, attempt } => trace.record(
             now,
@@ -356,6 +366,8 @@ struct Shared {
     /// The node that performs restarts and other supervisor work.
     supervisor: Mutex<Option<madsim::runtime::NodeHandle>>,
     webhook_starts: Mutex<BTreeMap<String, ChangeDeliveries>>,
+    /// The front door engine (set once the world is built).
+    api: Mutex<Option<Arc<Engine>>>,
 }
 
 /// I6 bookkeeping for one change: its event ids and how many runs their deliveries started.
@@ -739,6 +751,10 @@ fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEve
                 started = Some(run_id);
             }
             Ok(Intake::Duplicate { .. }) => {}
+            Err(engine::webhook::Error::Halted) => {
+                // The endpoint crashed before writing anything: the sender sees an error and redelivers later.
+                redeliver(world, api, workflow, event, delivery);
+            }
             Err(e) if forged && e.is_rejection() => {}
             Err(e) => world.violation("I6", format!("delivery {} of a genuine event was refused: {e}", delivery.event_id)),
         }
@@ -771,6 +787,25 @@ fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEve
         world.changes_in_flight.fetch_sub(1, Ordering::Relaxed);
         world.room.notify_one();
     }
+}
+
+/// Schedules one more delivery of `delivery` after the sender's first backoff (the receiver failed it).
+fn redeliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
+    let _ = api;
+    let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
+    if let Some(change) = world.webhook_starts.lock().expect("webhook starts").get_mut(&event.object_id) {
+        change.deliveries_left += 1;
+    }
+    let again = connectors_fake::webhooks::Delivery { attempt: delivery.attempt + 1, ..delivery.clone() };
+    let world2 = world.clone();
+    let event = event.clone();
+    let workflow = workflow.to_owned();
+    let supervisor = world.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
+    supervisor.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+        let api = world2.api.lock().expect("api").clone().expect("the front door exists");
+        deliver(&world2, &api, &workflow, &event, &again);
+    });
 }
 
 impl Shared {
@@ -898,6 +933,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         engine_errors: Mutex::new(Vec::new()),
         supervisor: Mutex::new(None),
         webhook_starts: Mutex::new(BTreeMap::new()),
+        api: Mutex::new(None),
         config,
     });
     let supervisor = handle.create_node().name("supervisor").build();
@@ -913,6 +949,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     }
     // The front door: the API and webhook endpoint that records new runs, on the supervisor's node.
     let api = Arc::new(world.engine_for(workers, 0));
+    *world.api.lock().expect("api") = Some(api.clone());
 
     // Chaos phase: traffic with every fault on.
     let chaos = [
