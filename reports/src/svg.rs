@@ -188,9 +188,14 @@ mod tests {
 
     #[test]
     fn nice_ceiling_table() {
-        for (x, want) in [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.2, 2.0), (3.0, 5.0), (6.0, 10.0), (0.031, 0.05), (1234.0, 2000.0)]
+        for (x, want) in
+            [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.2, 2.0), (3.0, 5.0), (6.0, 10.0), (0.031, 0.05), (1234.0, 2000.0)]
         {
-            assert!((nice_ceiling(x) - want).abs() < 1e-9 * want, "nice_ceiling({x}) = {}, want {want}", nice_ceiling(x));
+            assert!(
+                (nice_ceiling(x) - want).abs() < 1e-9 * want,
+                "nice_ceiling({x}) = {}, want {want}",
+                nice_ceiling(x)
+            );
         }
     }
 
