@@ -441,9 +441,17 @@ pub fn blocks(report: &Report) -> Vec<Block> {
             format!("Automatic retries enabled for {} of actions", percent(r.auto_retry_coverage)),
             format!("Paused runs: {}; failed runs: {}", thousands(r.paused_runs), thousands(r.failed_runs)),
             format!(
-                "Extra lookups made because of the rules: {} (simulated cost {} ms in all)",
+                "Extra lookups made because of the rules: {} (simulated cost {} ms in all{})",
                 thousands(r.extra_lookups),
-                thousands(r.extra_lookup_ms_total)
+                thousands(r.extra_lookup_ms_total),
+                if r.extra_lookups == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} ms per lookup",
+                        significant(r.extra_lookup_ms_total as f64 / r.extra_lookups as f64, 3)
+                    )
+                }
             ),
             if broken.is_empty() {
                 format!("Invariants: all {} held", section.invariants.len())
@@ -503,6 +511,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
     classes.sort_unstable();
     classes.dedup();
     out.push(Block::Chart(BarChart {
+        log_scale: false,
         title: "Duplicates per million steps by guarantee class".to_string(),
         y_label: "duplicates per million steps (95 % CI)".to_string(),
         series: report
@@ -547,6 +556,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
         bounds.sort_unstable();
         bounds.dedup();
         out.push(Block::Chart(BarChart {
+            log_scale: false,
             title: "Residual duplicates against the lag bound".to_string(),
             y_label: "duplicates per million steps (95 % CI)".to_string(),
             series: report
@@ -585,7 +595,8 @@ pub fn blocks(report: &Report) -> Vec<Block> {
     });
     out.push(Block::Chart(BarChart {
         title: "Step latency percentiles".to_string(),
-        y_label: "simulated ms".to_string(),
+        y_label: "simulated ms (log scale)".to_string(),
+        log_scale: true,
         categories: percentile_names.map(String::from).to_vec(),
         series: report
             .policies
