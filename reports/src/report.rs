@@ -103,6 +103,8 @@ pub struct PolicySection {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClassRow {
     pub class: String,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     /// Duplicates per write step of the actions in this class (of all steps when no action has the class).
     pub duplicates: Rate,
 }
@@ -112,6 +114,8 @@ pub struct ActionRow {
     pub action: String,
     pub class: String,
     pub safeguards: Vec<String>,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     pub duplicates: Rate,
     pub lag_bound_ms: Option<u64>,
 }
@@ -133,6 +137,8 @@ pub struct LagSeries {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LagPoint {
     pub lag_bound_ms: u64,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     pub duplicates: Rate,
 }
 
@@ -203,7 +209,7 @@ fn class_rows(results: &Results) -> Vec<ClassRow> {
             let (steps, action_duplicates) = steps_by_class.get(class).copied().unwrap_or((0, 0));
             let duplicates = results.duplicates.by_class.get(class).copied().unwrap_or(action_duplicates);
             let trials = if steps == 0 { results.steps } else { steps };
-            ClassRow { class: class.to_string(), duplicates: rate(duplicates, trials) }
+            ClassRow { class: class.to_string(), duplicate_count: duplicates, duplicates: rate(duplicates, trials) }
         })
         .collect()
 }
@@ -221,6 +227,7 @@ fn policy_section(results: Results) -> PolicySection {
                 action: action.clone(),
                 class: stats.class.clone(),
                 safeguards: stats.safeguards.clone(),
+                duplicate_count: stats.duplicates,
                 duplicates: rate(stats.duplicates, stats.steps),
                 lag_bound_ms: stats.lag_bound_ms,
             })
@@ -262,6 +269,7 @@ fn lag_series(inputs: &[&Results]) -> Vec<LagSeries> {
                 .into_iter()
                 .map(|(lag_bound_ms, (steps, duplicates))| LagPoint {
                     lag_bound_ms,
+                    duplicate_count: duplicates,
                     duplicates: rate(duplicates, steps),
                 })
                 .collect(),
@@ -476,7 +484,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                     a.class.clone(),
                     safeguards,
                     thousands(a.duplicates.trials),
-                    thousands(a.duplicates.events),
+                    thousands(a.duplicate_count),
                     measured(&a.duplicates),
                     upper(&a.duplicates),
                 ]
@@ -498,7 +506,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                         p.policy.clone(),
                         c.class.clone(),
                         thousands(c.duplicates.trials),
-                        thousands(c.duplicates.events),
+                        thousands(c.duplicate_count),
                         measured(&c.duplicates),
                         upper(&c.duplicates),
                     ]
@@ -543,7 +551,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                             s.action.clone(),
                             format!("{} ms", thousands(p.lag_bound_ms)),
                             thousands(p.duplicates.trials),
-                            thousands(p.duplicates.events),
+                            thousands(p.duplicate_count),
                             measured(&p.duplicates),
                             upper(&p.duplicates),
                         ]

@@ -159,3 +159,27 @@ fn load_errors_name_the_file_and_the_problem() {
     assert!(matches!(build_report(&[], None), Err(Error::NoResults)));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn markdown_escapes_table_text_and_a_canary_does_not_break_the_report() {
+    // The canary ignores keys: more duplicates than steps. The rate is capped at one per step, not an error.
+    let canary = common::results(
+        "canary",
+        6,
+        "rules",
+        &[("canary.create", "canary", &["none | really"], 10, 25, None)],
+        &["I1"],
+    );
+    let report = build_report(&[canary], None).unwrap();
+    let row = &report.policies[0].actions[0];
+    assert_eq!((row.duplicates.events, row.duplicates.trials, row.duplicates.point), (10, 10, 1.0));
+    let md = render_markdown(&report);
+    assert!(md.contains("| canary.create | canary | none \\| really | 10 | 25 | 100 per hundred"), "{md}");
+    assert!(md.contains("| rules | I1 | NO | 2 | key k6 has 2 effects \\| &lt;b&gt; |"), "{md}");
+    assert!(
+        md.contains(
+            "| canary | 6 | rules | 10 | 25 | BROKEN | cargo flowsim run --scenario canary --seed 6 --policy rules |"
+        ),
+        "{md}"
+    );
+}
