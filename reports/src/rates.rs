@@ -67,7 +67,10 @@ impl Rate {
             events,
             trials,
             point,
-            interval_95: Interval { low: lower_bound(events, trials, ALPHA / 2.0), high: upper_bound(events, trials, ALPHA / 2.0) },
+            interval_95: Interval {
+                low: lower_bound(events, trials, ALPHA / 2.0),
+                high: upper_bound(events, trials, ALPHA / 2.0),
+            },
             upper_95: upper_bound(events, trials, ALPHA),
         })
     }

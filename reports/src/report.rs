@@ -29,10 +29,21 @@ const RUNS_LISTED_MAX: usize = 50;
 pub enum Error {
     /// No results were given.
     NoResults,
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The file is not results JSON (nor a `report.json`); `line` and `column` are 1-based, 0 when unknown.
-    Parse { path: PathBuf, line: usize, column: usize, message: String },
-    Write { path: PathBuf, source: std::io::Error },
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -92,6 +103,8 @@ pub struct PolicySection {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClassRow {
     pub class: String,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     /// Duplicates per write step of the actions in this class (of all steps when no action has the class).
     pub duplicates: Rate,
 }
@@ -101,6 +114,8 @@ pub struct ActionRow {
     pub action: String,
     pub class: String,
     pub safeguards: Vec<String>,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     pub duplicates: Rate,
     pub lag_bound_ms: Option<u64>,
 }
@@ -122,6 +137,8 @@ pub struct LagSeries {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LagPoint {
     pub lag_bound_ms: u64,
+    /// The real count; `duplicates.events` is capped at the steps (see [`rate`]).
+    pub duplicate_count: u64,
     pub duplicates: Rate,
 }
 
@@ -192,7 +209,7 @@ fn class_rows(results: &Results) -> Vec<ClassRow> {
             let (steps, action_duplicates) = steps_by_class.get(class).copied().unwrap_or((0, 0));
             let duplicates = results.duplicates.by_class.get(class).copied().unwrap_or(action_duplicates);
             let trials = if steps == 0 { results.steps } else { steps };
-            ClassRow { class: class.to_string(), duplicates: rate(duplicates, trials) }
+            ClassRow { class: class.to_string(), duplicate_count: duplicates, duplicates: rate(duplicates, trials) }
         })
         .collect()
 }
@@ -210,20 +227,24 @@ fn policy_section(results: Results) -> PolicySection {
                 action: action.clone(),
                 class: stats.class.clone(),
                 safeguards: stats.safeguards.clone(),
+                duplicate_count: stats.duplicates,
                 duplicates: rate(stats.duplicates, stats.steps),
                 lag_bound_ms: stats.lag_bound_ms,
             })
             .collect(),
-        invariants: results
-            .invariants
-            .iter()
-            .map(|(id, i)| InvariantRow {
-                id: id.clone(),
-                holds: i.holds,
-                violations: i.violations,
-                first_violation: i.first_violation.clone(),
-            })
-            .collect(),
+        invariants: {
+            // I1, I2, …, I10: by length first, so the numbers read in order.
+            let mut ids: Vec<(&String, &sim::results::InvariantResult)> = results.invariants.iter().collect();
+            ids.sort_by_key(|(id, _)| (id.len(), id.as_str()));
+            ids.into_iter()
+                .map(|(id, i)| InvariantRow {
+                    id: id.clone(),
+                    holds: i.holds,
+                    violations: i.violations,
+                    first_violation: i.first_violation.clone(),
+                })
+                .collect()
+        },
         results,
     }
 }
@@ -246,7 +267,11 @@ fn lag_series(inputs: &[&Results]) -> Vec<LagSeries> {
             action: action.to_string(),
             points: points
                 .into_iter()
-                .map(|(lag_bound_ms, (steps, duplicates))| LagPoint { lag_bound_ms, duplicates: rate(duplicates, steps) })
+                .map(|(lag_bound_ms, (steps, duplicates))| LagPoint {
+                    lag_bound_ms,
+                    duplicate_count: duplicates,
+                    duplicates: rate(duplicates, steps),
+                })
                 .collect(),
         })
         .collect()
@@ -321,7 +346,10 @@ pub enum Block {
     Heading(String),
     Paragraph(String),
     List(Vec<String>),
-    Table { header: Vec<String>, rows: Vec<Vec<String>> },
+    Table {
+        header: Vec<String>,
+        rows: Vec<Vec<String>>,
+    },
     /// HTML only (Markdown on GitHub would strip inline SVG).
     Chart(BarChart),
 }
@@ -330,7 +358,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -338,7 +366,13 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// A share as a percentage. Near 100 % the complement decides the precision, so 99.98 % is not rounded to 100 %.
 fn percent(x: f64) -> String {
+    if (0.99..1.0).contains(&x) {
+        let complement = significant((1.0 - x) * 100.0, 2);
+        let decimals = complement.split_once('.').map_or(0, |(_, d)| d.len());
+        return format!("{:.*} %", decimals, x * 100.0);
+    }
     format!("{} %", significant(x * 100.0, 4))
 }
 
@@ -369,11 +403,7 @@ fn rate_bar(rate: &Rate) -> Bar {
     } else {
         significant(rate.point * per, 2)
     };
-    Bar {
-        value: rate.point * per,
-        whisker: Some((rate.interval_95.low * per, rate.interval_95.high * per)),
-        label,
-    }
+    Bar { value: rate.point * per, whisker: Some((rate.interval_95.low * per, rate.interval_95.high * per)), label }
 }
 
 fn latency_values(l: &Latency) -> [u64; 5] {
@@ -401,8 +431,12 @@ pub fn blocks(report: &Report) -> Vec<Block> {
     for section in &report.policies {
         let r = &section.results;
         out.push(Block::Heading(format!("Headline ({})", section.policy)));
-        let broken: Vec<String> =
-            section.invariants.iter().filter(|i| !i.holds).map(|i| format!("{} ({} violations)", i.id, i.violations)).collect();
+        let broken: Vec<String> = section
+            .invariants
+            .iter()
+            .filter(|i| !i.holds)
+            .map(|i| format!("{} ({} violations)", i.id, i.violations))
+            .collect();
         out.push(Block::List(vec![
             format!("Steps: {} in {} runs", thousands(r.steps), thousands(r.runs)),
             format!("Duplicate side effects: {}", section.duplicates.describe()),
@@ -415,9 +449,17 @@ pub fn blocks(report: &Report) -> Vec<Block> {
             format!("Automatic retries enabled for {} of actions", percent(r.auto_retry_coverage)),
             format!("Paused runs: {}; failed runs: {}", thousands(r.paused_runs), thousands(r.failed_runs)),
             format!(
-                "Extra lookups made because of the rules: {} (simulated cost {} ms in all)",
+                "Extra lookups made because of the rules: {} (simulated cost {} ms in all{})",
                 thousands(r.extra_lookups),
-                thousands(r.extra_lookup_ms_total)
+                thousands(r.extra_lookup_ms_total),
+                if r.extra_lookups == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        ", {} ms per lookup",
+                        significant(r.extra_lookup_ms_total as f64 / r.extra_lookups as f64, 3)
+                    )
+                }
             ),
             if broken.is_empty() {
                 format!("Invariants: all {} held", section.invariants.len())
@@ -442,7 +484,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                     a.class.clone(),
                     safeguards,
                     thousands(a.duplicates.trials),
-                    thousands(a.duplicates.events),
+                    thousands(a.duplicate_count),
                     measured(&a.duplicates),
                     upper(&a.duplicates),
                 ]
@@ -452,7 +494,9 @@ pub fn blocks(report: &Report) -> Vec<Block> {
 
     out.push(Block::Heading("Duplicates by guarantee class".to_string()));
     out.push(Block::Table {
-        header: ["Policy", "Class", "Steps", "Duplicates", "Measured rate", "95 % upper bound"].map(String::from).to_vec(),
+        header: ["Policy", "Class", "Steps", "Duplicates", "Measured rate", "95 % upper bound"]
+            .map(String::from)
+            .to_vec(),
         rows: report
             .policies
             .iter()
@@ -462,7 +506,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                         p.policy.clone(),
                         c.class.clone(),
                         thousands(c.duplicates.trials),
-                        thousands(c.duplicates.events),
+                        thousands(c.duplicate_count),
                         measured(&c.duplicates),
                         upper(&c.duplicates),
                     ]
@@ -470,10 +514,12 @@ pub fn blocks(report: &Report) -> Vec<Block> {
             })
             .collect(),
     });
-    let mut classes: Vec<String> = report.policies.iter().flat_map(|p| p.by_class.iter().map(|c| c.class.clone())).collect();
+    let mut classes: Vec<String> =
+        report.policies.iter().flat_map(|p| p.by_class.iter().map(|c| c.class.clone())).collect();
     classes.sort_unstable();
     classes.dedup();
     out.push(Block::Chart(BarChart {
+        log_scale: false,
         title: "Duplicates per million steps by guarantee class".to_string(),
         y_label: "duplicates per million steps (95 % CI)".to_string(),
         series: report
@@ -505,7 +551,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                             s.action.clone(),
                             format!("{} ms", thousands(p.lag_bound_ms)),
                             thousands(p.duplicates.trials),
-                            thousands(p.duplicates.events),
+                            thousands(p.duplicate_count),
                             measured(&p.duplicates),
                             upper(&p.duplicates),
                         ]
@@ -513,10 +559,12 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                 })
                 .collect(),
         });
-        let mut bounds: Vec<u64> = report.lag_series.iter().flat_map(|s| s.points.iter().map(|p| p.lag_bound_ms)).collect();
+        let mut bounds: Vec<u64> =
+            report.lag_series.iter().flat_map(|s| s.points.iter().map(|p| p.lag_bound_ms)).collect();
         bounds.sort_unstable();
         bounds.dedup();
         out.push(Block::Chart(BarChart {
+            log_scale: false,
             title: "Residual duplicates against the lag bound".to_string(),
             y_label: "duplicates per million steps (95 % CI)".to_string(),
             series: report
@@ -555,7 +603,8 @@ pub fn blocks(report: &Report) -> Vec<Block> {
     });
     out.push(Block::Chart(BarChart {
         title: "Step latency percentiles".to_string(),
-        y_label: "simulated ms".to_string(),
+        y_label: "simulated ms (log scale)".to_string(),
+        log_scale: true,
         categories: percentile_names.map(String::from).to_vec(),
         series: report
             .policies
@@ -772,9 +821,11 @@ pub fn render_json(report: &Report) -> String {
 pub fn write_report(results: &[Results], baseline: Option<&Results>, out_dir: &Path) -> Result<(), Error> {
     let report = build_report(results, baseline)?;
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
-    for (name, text) in
-        [("report.md", render_markdown(&report)), ("report.html", render_html(&report)), ("report.json", render_json(&report))]
-    {
+    for (name, text) in [
+        ("report.md", render_markdown(&report)),
+        ("report.html", render_html(&report)),
+        ("report.json", render_json(&report)),
+    ] {
         let path = out_dir.join(name);
         std::fs::write(&path, text).map_err(|source| Error::Write { path, source })?;
     }

@@ -37,6 +37,9 @@ pub struct BarChart {
     pub y_label: String,
     pub categories: Vec<String>,
     pub series: Vec<Series>,
+    /// A logarithmic y axis from 1 (for figures spanning decades, like latency percentiles); values below 1 sit on
+    /// the axis.
+    pub log_scale: bool,
 }
 
 /// Escapes text for XML and HTML text and attribute values.
@@ -64,6 +67,22 @@ fn nice_ceiling(x: f64) -> f64 {
     [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * power).find(|v| *v >= x * (1.0 - 1e-12)).unwrap_or(10.0 * power)
 }
 
+/// A y-axis label: three significant figures, with thousands separators for whole numbers from 1,000.
+fn tick_label(v: f64) -> String {
+    if v >= 1000.0 && v.fract() == 0.0 && v < 1e15 {
+        let digits = format!("{v:.0}");
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        return out;
+    }
+    crate::rates::significant(v, 3)
+}
+
 impl BarChart {
     /// The chart as one `<svg>` element.
     pub fn render(&self) -> String {
@@ -76,8 +95,22 @@ impl BarChart {
             .flat_map(|s| s.bars.iter().flatten())
             .map(|b| b.whisker.map_or(b.value, |(_, high)| high.max(b.value)))
             .fold(0.0, f64::max);
-        let y_max = nice_ceiling(data_max);
-        let y = |v: f64| bottom - (v.clamp(0.0, y_max) / y_max) * plot_h;
+        let (y_max, decades) = if self.log_scale {
+            let decades = data_max.max(10.0).log10().ceil();
+            (10f64.powf(decades), decades)
+        } else {
+            (nice_ceiling(data_max), 0.0)
+        };
+        let log_scale = self.log_scale;
+        let y = move |v: f64| {
+            let share = if log_scale { v.clamp(1.0, y_max).log10() / decades } else { v.clamp(0.0, y_max) / y_max };
+            bottom - share * plot_h
+        };
+        let ticks: Vec<f64> = if log_scale {
+            (0..=decades as u32).map(|d| 10f64.powi(d as i32)).collect()
+        } else {
+            (0..=TICK_COUNT).map(|t| y_max * f64::from(t) / f64::from(TICK_COUNT)).collect()
+        };
 
         let mut svg = String::new();
         let _ = write!(
@@ -93,8 +126,7 @@ impl BarChart {
             x = MARGIN_LEFT_PX
         );
         // Grid and y-axis labels.
-        for tick in 0..=TICK_COUNT {
-            let v = y_max * f64::from(tick) / f64::from(TICK_COUNT);
+        for v in ticks {
             let ty = y(v);
             let _ = write!(
                 svg,
@@ -103,7 +135,7 @@ impl BarChart {
                 x2 = MARGIN_LEFT_PX + plot_w,
                 lx = MARGIN_LEFT_PX - 6.0,
                 ly = ty + 4.0,
-                label = escape(&crate::rates::significant(v, 3)),
+                label = escape(&tick_label(v)),
             );
         }
         let _ = write!(
@@ -188,10 +220,41 @@ mod tests {
 
     #[test]
     fn nice_ceiling_table() {
-        for (x, want) in [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.2, 2.0), (3.0, 5.0), (6.0, 10.0), (0.031, 0.05), (1234.0, 2000.0)]
+        for (x, want) in
+            [(0.0, 1.0), (0.7, 1.0), (1.0, 1.0), (1.2, 2.0), (3.0, 5.0), (6.0, 10.0), (0.031, 0.05), (1234.0, 2000.0)]
         {
-            assert!((nice_ceiling(x) - want).abs() < 1e-9 * want, "nice_ceiling({x}) = {}, want {want}", nice_ceiling(x));
+            assert!(
+                (nice_ceiling(x) - want).abs() < 1e-9 * want,
+                "nice_ceiling({x}) = {}, want {want}",
+                nice_ceiling(x)
+            );
         }
+    }
+
+    #[test]
+    fn log_scale_ticks_are_powers_of_ten_and_bars_grow_with_their_value() {
+        let bar = |value: f64| Some(Bar { value, whisker: None, label: String::new() });
+        let chart = BarChart {
+            title: "t".to_string(),
+            y_label: "ms".to_string(),
+            categories: vec!["a".to_string(), "b".to_string()],
+            series: vec![Series { name: "s".to_string(), bars: vec![bar(10.0), bar(5000.0)] }],
+            log_scale: true,
+        };
+        let svg = chart.render();
+        for tick in [">1<", ">10<", ">100<", ">1,000<", ">10,000<"] {
+            assert!(svg.contains(tick), "{tick} missing in {svg}");
+        }
+        assert!(!svg.contains(">100,000<"));
+        let heights: Vec<f64> = svg
+            .split("<rect ")
+            .skip(1)
+            .filter_map(|r| r.split("height=\"").nth(1)?.split('"').next()?.parse().ok())
+            .filter(|h: &f64| *h != 12.0) // the legend's swatch
+            .collect();
+        assert_eq!(heights.len(), 2, "{svg}");
+        // log10(10) / 4 decades and log10(5000) / 4 decades of the 248 px plot.
+        assert!((heights[0] - 62.0).abs() < 0.2 && (heights[1] - 229.33).abs() < 0.1, "{heights:?}");
     }
 
     #[test]

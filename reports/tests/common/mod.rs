@@ -80,7 +80,14 @@ pub fn rules(seed: u64, lag_bound_ms: u64, residual: u64) -> Results {
         seed,
         "rules",
         &[
-            ("stripe.create_customer", "lookup-before-create", &["lookup by run id in metadata", "wait out lag bound"], 400_000, residual, Some(lag_bound_ms)),
+            (
+                "stripe.create_customer",
+                "lookup-before-create",
+                &["lookup by run id in metadata", "wait out lag bound"],
+                400_000,
+                residual,
+                Some(lag_bound_ms),
+            ),
             ("stripe.create_charge", "keyed", &["idempotency key"], 1_000_000, 0, None),
             ("bank.payout", "at-most-once", &["pause on indeterminate outcome"], 50_000, 0, None),
         ],

@@ -1,0 +1,84 @@
+//! `Results::merge`: shards' results add up to the unsharded figures, and merging is associative, so the report of
+//! merged shards equals the report of every run at once.
+
+mod common;
+
+use common::{naive, rules};
+use reports::{Results, build_report};
+
+fn runs() -> Vec<Results> {
+    vec![rules(1, 500, 3), rules(2, 500, 0), rules(3, 60_000, 1), rules(4, 60_000, 2)]
+}
+
+#[test]
+fn merge_of_two_shards_equals_the_sum() {
+    let all = runs();
+    let merged = Results::merge_all(&all).unwrap();
+    let sum = |f: fn(&Results) -> u64| all.iter().map(f).sum::<u64>();
+    assert_eq!(merged.steps, sum(|r| r.steps));
+    assert_eq!(merged.runs, sum(|r| r.runs));
+    assert_eq!(merged.effects, sum(|r| r.effects));
+    assert_eq!(merged.duplicates.total, 6);
+    assert_eq!(merged.duplicates.by_class["lookup-before-create"], 6);
+    assert_eq!(merged.duplicates.by_class["keyed"], 0);
+    assert_eq!(merged.paused_runs, sum(|r| r.paused_runs));
+    assert_eq!(merged.runs_with_visible_retry, sum(|r| r.runs_with_visible_retry));
+    assert_eq!(merged.extra_lookup_ms_total, sum(|r| r.extra_lookup_ms_total));
+    assert_eq!(merged.merged_runs, 4);
+    assert_eq!(merged.actions["stripe.create_customer"].steps, 1_600_000);
+    assert_eq!(merged.actions["stripe.create_customer"].duplicates, 6);
+    // Two lag bounds were merged: the merged action no longer has one bound.
+    assert_eq!(merged.actions["stripe.create_customer"].lag_bound_ms, None);
+    assert_eq!(merged.actions["stripe.create_charge"].lag_bound_ms, None);
+    assert_eq!(merged.scenario, "month");
+    assert_eq!(merged.policy, "rules");
+    assert_eq!(merged.seed, 1);
+    assert_eq!(merged.repro, "mixed");
+    assert_eq!(merged.trace_hash, all.iter().map(|r| r.trace_hash.clone()).collect::<Vec<_>>().join(","));
+    assert_eq!(merged.latency.max_ms, 9004);
+    assert_eq!(merged.latency.p50_ms, 44);
+    assert_eq!(merged.peak_rss_bytes, 100_000_004);
+    assert_eq!(merged.wall_seconds, 10.0);
+    assert_eq!(merged.steps_per_second, merged.steps as f64 / 10.0);
+    assert!(merged.all_hold());
+
+    let shard_1 = Results::merge_all(&all[..2]).unwrap();
+    let shard_2 = Results::merge_all(&all[2..]).unwrap();
+    let mut of_shards = shard_1.clone();
+    of_shards.merge(&shard_2);
+    assert_eq!(of_shards, merged);
+    // Serialised, too (what `flowsim report` reads back).
+    assert_eq!(serde_json::to_string(&of_shards).unwrap(), serde_json::to_string(&merged).unwrap());
+}
+
+#[test]
+fn merged_shards_give_the_unsharded_report_figures() {
+    let all = runs();
+    let shards = [Results::merge_all(&all[..2]).unwrap(), Results::merge_all(&all[2..]).unwrap()];
+    let unsharded = build_report(&all, None).unwrap();
+    let sharded = build_report(&shards, None).unwrap();
+    assert_eq!(sharded.policies, unsharded.policies);
+}
+
+#[test]
+fn merge_marks_disagreement_and_keeps_broken_invariants() {
+    let mut broken = common::results("month", 9, "rules", &[("x.y", "keyed", &[], 10, 0, None)], &["I4"]);
+    broken.knobs.insert("crash_rate".to_string(), serde_json::json!(0.5));
+    let mut merged = naive(8);
+    merged.merge(&broken);
+    assert_eq!(merged.policy, "mixed");
+    assert_eq!(merged.knobs["crash_rate"], serde_json::json!("mixed"));
+    assert!(!merged.invariants["I4"].holds);
+    assert_eq!(merged.invariants["I4"].violations, 2);
+    assert_eq!(merged.invariants["I4"].first_violation.as_deref(), Some("key k9 has 2 effects | <b>"));
+    assert!(merged.invariants["I1"].holds);
+    assert!(merged.actions.contains_key("x.y") && merged.actions.contains_key("bank.payout"));
+}
+
+#[test]
+fn a_default_result_counts_as_one_run() {
+    let mut merged = Results::default();
+    merged.merge(&Results::default());
+    assert_eq!(merged.merged_runs, 2);
+    assert_eq!(Results::merge_all(&[]), None);
+}

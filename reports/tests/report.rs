@@ -1,0 +1,185 @@
+//! Rendering of synthetic results: the guarantees table and the "95 % upper bound" wording in Markdown, inline SVG
+//! charts in HTML, a JSON that round-trips, a baseline diff that flags regressions, and clear load errors.
+
+mod common;
+
+use std::path::Path;
+
+use common::{naive, rules};
+use reports::report::{Report, parse_results, render_html, render_json, render_markdown};
+use reports::{Error, Results, build_report, load_results, write_report};
+
+fn month() -> Vec<Results> {
+    vec![rules(1, 500, 3), rules(2, 60_000, 0), naive(3), naive(4)]
+}
+
+fn out_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("flow-reports-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn markdown_has_the_guarantees_table_and_upper_bounds() {
+    let md = render_markdown(&build_report(&month(), None).unwrap());
+    for want in [
+        "## Guarantees by connector (rules)",
+        "| Action | Class | Safeguards | Steps | Duplicates | Measured rate | 95 % upper bound |",
+        "| stripe.create\\_charge | keyed | idempotency key | 2,000,000 | 0 | 0 | 1.5 per million |",
+        "| bank.payout | at-most-once | pause on indeterminate outcome | 100,000 | 0 | 0 | 30 per million |",
+        "Duplicate side effects: 1 per million (95 % CI 0.21–3 per million)",
+        "Duplicate side effects: 15 per million (95 % CI 11–20 per million)",
+        "| stripe.create\\_customer | lookup-before-create | lookup by run id in metadata; wait out lag bound | 800,000 | 3 | 3.8 per million (95 % CI 0.77–11 per million) | 9.7 per million |",
+        "| naive | keyed | 2,000,000 | 22 | 11 per million (95 % CI 6.9–17 per million) | 16 per million |",
+        "Runs without a retry a customer can see: 99.99959 % (724,997 of 725,000)",
+        "| rules | I2 | yes | 0 |  |\n| rules | I3 |",
+        "| rules | I9 | yes | 0 |  |\n| rules | I10 |",
+        "## Residual duplicates against the lag bound (rules)",
+        "| stripe.create\\_customer | 60,000 ms | 400,000 | 0 | 0 | 7.5 per million |",
+        "## Step latency",
+        "| rules | 42 | 90 | 402 | 2,000 | 9,002 |",
+        "Invariants: all 10 held",
+    ] {
+        assert!(md.contains(want), "missing {want:?} in\n{md}");
+    }
+    assert!(!md.contains("<svg"), "GitHub strips inline SVG; the Markdown has none");
+}
+
+#[test]
+fn a_zero_is_reported_with_its_upper_bound() {
+    let one = rules(1, 500, 0);
+    let mut big = one.clone();
+    // 48 million steps, no duplicate: the article's month.
+    big.steps = 48_000_000;
+    let md = render_markdown(&build_report(&[big], None).unwrap());
+    assert!(md.contains("Duplicate side effects: 0 (95 % upper bound 6.2 per 100 million)"), "{md}");
+}
+
+#[test]
+fn html_is_self_contained_with_escaped_text_and_three_charts() {
+    let mut runs = month();
+    runs.push(common::results("month", 5, "rules", &[("x.y", "keyed", &["<script>"], 10, 0, None)], &["I1"]));
+    let html = render_html(&build_report(&runs, None).unwrap());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("<svg ").count(), 3, "class chart, lag chart, latency chart");
+    assert_eq!(html.matches("<svg ").count(), html.matches("</svg>").count());
+    assert!(html.contains("Duplicates per million steps by guarantee class"));
+    assert!(html.contains("Residual duplicates against the lag bound"));
+    assert!(html.contains("Step latency percentiles"));
+    assert!(!html.contains("<script"), "text must be escaped");
+    assert!(html.contains("&lt;script&gt;"));
+    assert!(html.contains("key k5 has 2 effects | &lt;b&gt;"));
+    assert!(
+        !html.contains("http://")
+            || html.matches("http://").count() == html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count(),
+        "no external resources"
+    );
+    assert!(html.contains("Invariants BROKEN: I1 (2 violations)"));
+}
+
+#[test]
+fn json_round_trips_and_loads_back_as_a_baseline() {
+    let runs = month();
+    let report = build_report(&runs, None).unwrap();
+    let json = render_json(&report);
+    let back: Report = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, report);
+    let loaded = parse_results(&json, Path::new("report.json")).unwrap();
+    assert_eq!(loaded, Results::merge_all(&runs[..2]).unwrap());
+}
+
+#[test]
+fn write_report_writes_three_files_and_reads_back() {
+    let dir = out_dir("write");
+    let runs = month();
+    write_report(&runs, None, &dir).unwrap();
+    for name in ["report.md", "report.html", "report.json"] {
+        assert!(std::fs::metadata(dir.join(name)).unwrap().len() > 1000, "{name}");
+    }
+    let one = dir.join("one.json");
+    std::fs::write(&one, serde_json::to_string_pretty(&runs[0]).unwrap()).unwrap();
+    assert_eq!(load_results(&one).unwrap(), runs[0]);
+    assert_eq!(load_results(dir.join("report.json")).unwrap(), Results::merge_all(&runs[..2]).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn baseline_diff_flags_significant_regressions_only() {
+    let before = Results::merge_all(&[rules(1, 500, 0), rules(2, 500, 1)]).unwrap();
+    // (current runs, regressions expected)
+    let table: Vec<(Vec<Results>, usize)> = vec![
+        (vec![rules(1, 500, 1), rules(2, 500, 0)], 0),
+        // 25 residual duplicates against 1 in as many steps: the total, the class and the action regress.
+        (vec![rules(1, 500, 25), rules(2, 500, 0)], 3),
+        (
+            vec![common::results(
+                "month",
+                1,
+                "rules",
+                &[("bank.payout", "at-most-once", &[], 100_000, 0, None)],
+                &["I4"],
+            )],
+            1,
+        ),
+    ];
+    for (current, want) in table {
+        let report = build_report(&current, Some(&before)).unwrap();
+        let diff = report.baseline.as_ref().unwrap();
+        assert_eq!(diff.regression_count, want, "{diff:#?}");
+        let md = render_markdown(&report);
+        assert!(md.contains("## Against the baseline"));
+        assert_eq!(md.contains("REGRESSION"), want > 0, "{md}");
+    }
+}
+
+#[test]
+fn load_errors_name_the_file_and_the_problem() {
+    let dir = out_dir("errors");
+    std::fs::create_dir_all(&dir).unwrap();
+    // (file content, expected text in the error)
+    let table: &[(&str, &str)] = &[
+        ("{\"scenario\": \"month\",\n  \"seed\": }", "bad.json:2:"),
+        ("{\"scenario\": \"month\"}", "missing field"),
+        (
+            "{\"report_format\": \"flow-report/9\", \"policies\": [], \"lag_series\": [], \"runs\": [], \"baseline\": null}",
+            "flow-report/9",
+        ),
+        ("[1, 2]", "bad.json"),
+    ];
+    for &(content, want) in table {
+        let path = dir.join("bad.json");
+        std::fs::write(&path, content).unwrap();
+        let err = load_results(&path).unwrap_err();
+        assert!(matches!(err, Error::Parse { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("bad.json") && text.contains(want), "{content:?}: {text}");
+    }
+    let missing = load_results(dir.join("absent.json")).unwrap_err();
+    assert!(matches!(missing, Error::Read { .. }) && missing.to_string().contains("absent.json"), "{missing}");
+    assert!(matches!(build_report(&[], None), Err(Error::NoResults)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn markdown_escapes_table_text_and_a_canary_does_not_break_the_report() {
+    // The canary ignores keys: more duplicates than steps. The rate is capped at one per step, not an error.
+    let canary = common::results(
+        "canary",
+        6,
+        "rules",
+        &[("canary.create", "canary", &["none | really"], 10, 25, None)],
+        &["I1"],
+    );
+    let report = build_report(&[canary], None).unwrap();
+    let row = &report.policies[0].actions[0];
+    assert_eq!((row.duplicates.events, row.duplicates.trials, row.duplicates.point), (10, 10, 1.0));
+    let md = render_markdown(&report);
+    assert!(md.contains("| canary.create | canary | none \\| really | 10 | 25 | 100 per hundred"), "{md}");
+    assert!(md.contains("| rules | I1 | NO | 2 | key k6 has 2 effects \\| &lt;b&gt; |"), "{md}");
+    assert!(
+        md.contains(
+            "| canary | 6 | rules | 10 | 25 | BROKEN | cargo flowsim run --scenario canary --seed 6 --policy rules |"
+        ),
+        "{md}"
+    );
+}
