@@ -214,8 +214,10 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
             Decision::Pause(evidence(record, &format!("attempts exhausted after an indeterminate outcome ({why})")))
         }
         GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => {
-            // A create becomes searchable within the lag bound: look only once it has passed since that attempt.
-            let visible_ms = record.last_attempt_ms.saturating_add(lag_bound_ms);
+            // A create becomes searchable within the lag bound of its commit, and the commit happened no later than
+            // the end of the attempt (recorded as the released lease; for a crashed attempt, its lease expiry): look
+            // only once the bound has passed since then.
+            let visible_ms = record.last_attempt_ms.max(record.lease_expiry_ms).saturating_add(lag_bound_ms);
             if visible_ms > input.now_ms {
                 return Decision::WaitUntil { until_ms: visible_ms };
             }

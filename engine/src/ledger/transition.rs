@@ -100,7 +100,7 @@ pub(crate) fn complete(
     key: &Key,
     fence: u64,
     completion: &Completion,
-    _now_ms: u64,
+    now_ms: u64,
 ) -> Result<bool> {
     let Some(record) = current else {
         return Err(Error::NotFound { what: format!("step record {key}") });
@@ -129,6 +129,9 @@ pub(crate) fn complete(
         return Err(Error::InvalidTransition { key: *key, from: record.status, to });
     }
     record.status = to;
+    // The attempt is over, so the lease is released now. From here on `lease_expiry_ms` is the moment the attempt
+    // ended: the latest moment its effect can have committed, from which a lookup connector's lag bound is counted.
+    record.lease_expiry_ms = record.lease_expiry_ms.min(now_ms);
     match completion {
         Completion::Succeeded { output } => {
             record.output = Some(output.clone());
