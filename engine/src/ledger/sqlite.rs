@@ -205,9 +205,16 @@ impl SqliteLedger {
                 Error::Storage(format!("{}: cannot create: {e}", path.display()))
             }
         })?;
-        let read_err = |e: rusqlite::Error| match storage(e) {
-            Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
-            other => other,
+        // The first reads of the file: a file SQLite cannot read as a database, or cannot read at all, is refused as
+        // corrupt (with SQLite's reason); a lock held by another process is not corruption.
+        let read_err = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(
+                ErrorCode::NotADatabase
+                | ErrorCode::DatabaseCorrupt
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure,
+            ) => corrupt(format!("{}: {e}", path.display())),
+            _ => storage(e),
         };
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
         if options.exclusive {
