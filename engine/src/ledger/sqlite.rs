@@ -17,7 +17,8 @@
 //!   transactions (never corrupt the file). Process crashes are the fault model of Flow; for deployments where a
 //!   lost at-most-once intent after a power cut is unacceptable, set [`Options::synchronous`] to
 //!   [`Synchronous::Full`] (every commit fsyncs the WAL; slower).
-//! - `:memory:`: `journal_mode=MEMORY` (not `OFF`: `OFF` makes `ROLLBACK` undefined, and a failed write rolls back).
+//! - `:memory:`: `journal_mode=OFF`, for speed (simulations). Without a journal SQLite cannot roll anything back,
+//!   so there any storage error poisons the ledger (see "Failures"); nothing here is durable anyway.
 //!
 //! # Group commit: which writes may wait, and why that is safe
 //! With [`Options::group_commit_ops_max`] = N > 0, writes run inside one open transaction that is committed every N
@@ -46,7 +47,9 @@
 //! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
 //! after some failures) and the ledger refuses every later call with [`Error::Storage`]: the process must reopen it,
 //! exactly as after a crash, since it may have acted on writes that are gone. With N = 0 only the failing write is
-//! rolled back.
+//! rolled back, except in `:memory:` (no journal): there every storage error poisons the ledger. Refusals of the
+//! state machine ([`Error::Fenced`], [`Error::InvalidTransition`], ...) are decided before anything is written and
+//! never roll anything back.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -174,6 +177,8 @@ struct State {
     batch_ops: usize,
     /// Set when a failure rolled back writes that callers were told had succeeded.
     failed: Option<String>,
+    /// False for `:memory:` (`journal_mode=OFF`): a failed write cannot be rolled back.
+    journal: bool,
 }
 
 /// Whether a write must be committed before it returns.
@@ -232,6 +237,8 @@ impl SqliteLedger {
         conn.pragma_update(None, "synchronous", synchronous).map_err(storage)?;
         // Checkpoint less often than the default 1,000 pages: fewer stalls on the write path; the WAL stays bounded.
         conn.pragma_update(None, "wal_autocheckpoint", 10_000).map_err(storage)?;
+        // 64 MiB of page cache (negative = KiB): random 32-byte keys touch pages all over the steps b-tree.
+        conn.pragma_update(None, "cache_size", -65_536).map_err(storage)?;
         Self::finish_open(conn, options).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
             other => other,
@@ -241,14 +248,16 @@ impl SqliteLedger {
     /// Opens a fresh ledger in memory (for simulations and tests).
     pub fn open_in_memory(options: Options) -> Result<Self> {
         let conn = Connection::open_in_memory().map_err(storage)?;
-        conn.pragma_update(None, "journal_mode", "MEMORY").map_err(storage)?;
-        Self::finish_open(conn, options)
+        conn.pragma_update(None, "journal_mode", "OFF").map_err(storage)?;
+        let ledger = Self::finish_open(conn, options)?;
+        ledger.state.lock().expect("not shared yet").journal = false;
+        Ok(ledger)
     }
 
     fn finish_open(mut conn: Connection, options: Options) -> Result<Self> {
         migrate(&mut conn)?;
         Ok(Self {
-            state: Mutex::new(State { conn, batch_ops: 0, failed: None }),
+            state: Mutex::new(State { conn, batch_ops: 0, failed: None, journal: true }),
             group_commit_ops_max: options.group_commit_ops_max,
         })
     }
@@ -321,7 +330,7 @@ fn commit_batch(state: &mut State) -> Result<()> {
 
 /// Rolls the open transaction back after a storage failure; poisons the ledger if that lost earlier writes.
 fn fail_batch(state: &mut State, e: &Error) {
-    let earlier_writes = state.batch_ops > 0;
+    let earlier_writes = state.batch_ops > 0 || !state.journal;
     let _ = state.conn.execute_batch("ROLLBACK");
     state.batch_ops = 0;
     if earlier_writes {
@@ -354,8 +363,14 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 
 // --- rows ---------------------------------------------------------------------------------------------------------
 
-const STEP_COLUMNS: &str = "run_id, step_id, action, inputs_hash, attempt_count, status, owner, lease_expiry_ms, \
-                            fence, last_attempt_ms, output, error, durable";
+/// The columns of a step row after its key, in the order `load_step` reads and `store_step` writes them (a macro, so
+/// the SQL texts are built at compile time).
+macro_rules! step_columns {
+    () => {
+        "run_id, step_id, action, inputs_hash, attempt_count, status, owner, lease_expiry_ms, fence, \
+         last_attempt_ms, output, error, durable"
+    };
+}
 
 fn parse_status(s: &str) -> Result<Status> {
     Ok(match s {
@@ -393,7 +408,8 @@ fn from_sql(n: i64) -> u64 {
 
 /// The step record of `key` and whether it was claimed durably.
 fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE key = ?1")).map_err(storage)?;
+    let mut stmt =
+        conn.prepare_cached(concat!("SELECT ", step_columns!(), " FROM steps WHERE key = ?1")).map_err(storage)?;
     let row = stmt
         .query_row([&key.0[..]], |r| {
             Ok((
@@ -438,13 +454,28 @@ fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>>
     Ok(Some((record, durable)))
 }
 
-fn store_step(conn: &Connection, record: &StepRecord, durable: bool) -> Result<()> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "INSERT OR REPLACE INTO steps (key, {STEP_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-        ))
-        .map_err(storage)?;
+/// Whether a step row is new or replaces the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Row {
+    New,
+    Stored,
+}
+
+fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -> Result<()> {
+    let sql = match row {
+        Row::New => concat!(
+            "INSERT INTO steps (key, ",
+            step_columns!(),
+            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ),
+        // An UPDATE rewrites the row in place; INSERT OR REPLACE would delete and re-insert it and its index entry.
+        Row::Stored => {
+            "UPDATE steps SET run_id = ?2, step_id = ?3, action = ?4, inputs_hash = ?5, attempt_count = ?6, \
+             status = ?7, owner = ?8, lease_expiry_ms = ?9, fence = ?10, last_attempt_ms = ?11, output = ?12, \
+             error = ?13, durable = ?14 WHERE key = ?1"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
     stmt.execute(params![
         &record.key.0[..],
         record.run_id,
@@ -532,12 +563,12 @@ impl Ledger for SqliteLedger {
             let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
             match transition::claim(stored.as_mut().map(|(record, _)| record), claim)? {
                 ClaimEffect::Insert(record, granted) => {
-                    store_step(conn, &record, durable)?;
+                    store_step(conn, &record, durable, Row::New)?;
                     Ok((granted, commit))
                 }
                 ClaimEffect::Updated(granted) => {
                     let (record, _) = stored.expect("an update needs a stored record");
-                    store_step(conn, &record, durable)?;
+                    store_step(conn, &record, durable, Row::Stored)?;
                     Ok((granted, commit))
                 }
                 ClaimEffect::Conflict(conflict) => Ok((conflict, Commit::MayWait)),
@@ -552,8 +583,13 @@ impl Ledger for SqliteLedger {
             let changed =
                 transition::complete(stored.as_mut().map(|(record, _)| record), key, fence, completion, now_ms)?;
             if changed {
+                // A completion changes the outcome columns only (see transition::complete).
                 let (record, _) = stored.expect("a change needs a stored record");
-                store_step(conn, &record, durable)?;
+                let mut stmt = conn
+                    .prepare_cached("UPDATE steps SET status = ?2, output = ?3, error = ?4 WHERE key = ?1")
+                    .map_err(storage)?;
+                stmt.execute(params![&key.0[..], record.status.as_str(), record.output, record.error])
+                    .map_err(storage)?;
             }
             Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
         })
