@@ -461,10 +461,11 @@ enum Row {
     Stored,
 }
 
-fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -> Result<()> {
+/// Writes the row; returns how many rows changed (0 when a `Row::New` found the key taken).
+fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -> Result<usize> {
     let sql = match row {
         Row::New => concat!(
-            "INSERT INTO steps (key, ",
+            "INSERT OR IGNORE INTO steps (key, ",
             step_columns!(),
             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
         ),
@@ -492,8 +493,7 @@ fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -
         record.error,
         durable,
     ])
-    .map_err(storage)?;
-    Ok(())
+    .map_err(storage)
 }
 
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
@@ -557,13 +557,21 @@ impl Ledger for SqliteLedger {
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         self.write(|conn| {
+            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
+            if claim.expected_fence == 0
+                && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
+                && store_step(conn, &record, claim.durable, Row::New)? == 1
+            {
+                // The common case, a fresh key: the insert went in, and nothing had to be read first.
+                return Ok((granted, commit));
+            }
             let mut stored = load_step(conn, &claim.key)?;
             // A key claimed durably once stays durable: its completion must not wait either.
             let durable = claim.durable || stored.as_ref().is_some_and(|(_, d)| *d);
-            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
             match transition::claim(stored.as_mut().map(|(record, _)| record), claim)? {
                 ClaimEffect::Insert(record, granted) => {
-                    store_step(conn, &record, durable, Row::New)?;
+                    let inserted = store_step(conn, &record, durable, Row::New)?;
+                    assert_eq!(inserted, 1, "key {} was absent a moment ago in this transaction", claim.key);
                     Ok((granted, commit))
                 }
                 ClaimEffect::Updated(granted) => {
