@@ -78,9 +78,18 @@ impl MemoryLedger {
         Self::default()
     }
 
-    /// The number of step records held (for tests that check `forget_run` keeps memory bounded).
-    pub fn step_record_count(&self) -> usize {
-        self.lock().steps.len()
+    /// The number of entries held in every map and index, inbox excluded (inbox rows leave by expiry): for tests
+    /// that check `forget_run` keeps memory bounded.
+    pub fn entry_count(&self) -> usize {
+        let inner = self.lock();
+        inner.steps.len()
+            + inner.keys_by_run.len()
+            + inner.plans.len()
+            + inner.plans_by_run.len()
+            + inner.runs.len()
+            + inner.unfinished.len()
+            + inner.paused.len()
+            + inner.resolutions.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
