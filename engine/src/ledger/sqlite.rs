@@ -43,6 +43,11 @@
 //!
 //! With N = 0 (the default) every write is its own transaction.
 //!
+//! The open batch holds SQLite's write lock until it commits, and other connections do not see it: group commit
+//! assumes one process owns the ledger file (the engine's case, and the simulation's). When several processes
+//! share one file, use N = 0, so each write takes the lock (waiting up to `busy_timeout`) and releases it at once;
+//! every write begins with `BEGIN IMMEDIATE`, so a claim's read and write are one atomic step across processes.
+//!
 //! # Failures
 //! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
 //! after some failures) and the ledger refuses every later call with [`Error::Storage`]: the process must reopen it,
