@@ -612,3 +612,37 @@ mod sqlite_file_only {
         assert!(reopened.get(&key(3)).unwrap().is_some(), "flushed");
     }
 }
+
+// --- the in-memory ledger only ------------------------------------------------------------------------------------
+
+/// A long simulation forgets finished runs; the in-memory ledger must then hold nothing of them, indexes included.
+#[test]
+fn memory_forget_run_leaves_no_entry_behind() {
+    let l = MemoryLedger::new();
+    for run in 0..200u32 {
+        let run_id = format!("run-{run}");
+        l.create_run(&run_of(&run_id, RunStatus::Paused)).unwrap();
+        for step in 0..5u32 {
+            let mut bytes = [0u8; 32];
+            bytes[..4].copy_from_slice(&run.to_le_bytes());
+            bytes[4..8].copy_from_slice(&step.to_le_bytes());
+            let k = Key(bytes);
+            granted(l.claim(&claim_of(k, &run_id, "w", 0, 0)));
+            l.complete(&k, 1, &succeeded("o"), 1).unwrap();
+            l.record_plan(&k, b"p", 1).unwrap();
+        }
+        let resolution = ResolutionRecord {
+            run_id: run_id.clone(),
+            key: key(0),
+            resolution: Resolution::Abort,
+            by: "p".into(),
+            at_ms: 1,
+        };
+        l.record_resolution(&resolution).unwrap();
+        l.record_run_plan(&run_id, &key(200), b"p", 1).unwrap();
+        l.set_run_status(&run_id, RunStatus::Failed, Some("aborted"), 2).unwrap();
+        assert!(l.entry_count() > 0);
+        l.forget_run(&run_id).unwrap();
+        assert_eq!(l.entry_count(), 0, "run {run} left entries behind");
+    }
+}

@@ -17,7 +17,8 @@
 //!   transactions (never corrupt the file). Process crashes are the fault model of Flow; for deployments where a
 //!   lost at-most-once intent after a power cut is unacceptable, set [`Options::synchronous`] to
 //!   [`Synchronous::Full`] (every commit fsyncs the WAL; slower).
-//! - `:memory:`: `journal_mode=MEMORY` (not `OFF`: `OFF` makes `ROLLBACK` undefined, and a failed write rolls back).
+//! - `:memory:`: `journal_mode=OFF`, for speed (simulations). Without a journal SQLite cannot roll anything back,
+//!   so there any storage error poisons the ledger (see "Failures"); nothing here is durable anyway.
 //!
 //! # Group commit: which writes may wait, and why that is safe
 //! With [`Options::group_commit_ops_max`] = N > 0, writes run inside one open transaction that is committed every N
@@ -42,11 +43,18 @@
 //!
 //! With N = 0 (the default) every write is its own transaction.
 //!
+//! The open batch holds SQLite's write lock until it commits, and other connections do not see it: group commit
+//! assumes one process owns the ledger file (the engine's case, and the simulation's). When several processes
+//! share one file, use N = 0, so each write takes the lock (waiting up to `busy_timeout`) and releases it at once;
+//! every write begins with `BEGIN IMMEDIATE`, so a claim's read and write are one atomic step across processes.
+//!
 //! # Failures
 //! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
 //! after some failures) and the ledger refuses every later call with [`Error::Storage`]: the process must reopen it,
 //! exactly as after a crash, since it may have acted on writes that are gone. With N = 0 only the failing write is
-//! rolled back.
+//! rolled back, except in `:memory:` (no journal): there every storage error poisons the ledger. Refusals of the
+//! state machine ([`Error::Fenced`], [`Error::InvalidTransition`], ...) are decided before anything is written and
+//! never roll anything back.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -174,6 +182,8 @@ struct State {
     batch_ops: usize,
     /// Set when a failure rolled back writes that callers were told had succeeded.
     failed: Option<String>,
+    /// False for `:memory:` (`journal_mode=OFF`): a failed write cannot be rolled back.
+    journal: bool,
 }
 
 /// Whether a write must be committed before it returns.
@@ -205,9 +215,16 @@ impl SqliteLedger {
                 Error::Storage(format!("{}: cannot create: {e}", path.display()))
             }
         })?;
-        let read_err = |e: rusqlite::Error| match storage(e) {
-            Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
-            other => other,
+        // The first reads of the file: a file SQLite cannot read as a database, or cannot read at all, is refused as
+        // corrupt (with SQLite's reason); a lock held by another process is not corruption.
+        let read_err = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(
+                ErrorCode::NotADatabase
+                | ErrorCode::DatabaseCorrupt
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure,
+            ) => corrupt(format!("{}: {e}", path.display())),
+            _ => storage(e),
         };
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
         if options.exclusive {
@@ -225,6 +242,8 @@ impl SqliteLedger {
         conn.pragma_update(None, "synchronous", synchronous).map_err(storage)?;
         // Checkpoint less often than the default 1,000 pages: fewer stalls on the write path; the WAL stays bounded.
         conn.pragma_update(None, "wal_autocheckpoint", 10_000).map_err(storage)?;
+        // 64 MiB of page cache (negative = KiB): random 32-byte keys touch pages all over the steps b-tree.
+        conn.pragma_update(None, "cache_size", -65_536).map_err(storage)?;
         Self::finish_open(conn, options).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
             other => other,
@@ -234,14 +253,16 @@ impl SqliteLedger {
     /// Opens a fresh ledger in memory (for simulations and tests).
     pub fn open_in_memory(options: Options) -> Result<Self> {
         let conn = Connection::open_in_memory().map_err(storage)?;
-        conn.pragma_update(None, "journal_mode", "MEMORY").map_err(storage)?;
-        Self::finish_open(conn, options)
+        conn.pragma_update(None, "journal_mode", "OFF").map_err(storage)?;
+        let ledger = Self::finish_open(conn, options)?;
+        ledger.state.lock().expect("not shared yet").journal = false;
+        Ok(ledger)
     }
 
     fn finish_open(mut conn: Connection, options: Options) -> Result<Self> {
         migrate(&mut conn)?;
         Ok(Self {
-            state: Mutex::new(State { conn, batch_ops: 0, failed: None }),
+            state: Mutex::new(State { conn, batch_ops: 0, failed: None, journal: true }),
             group_commit_ops_max: options.group_commit_ops_max,
         })
     }
@@ -314,7 +335,7 @@ fn commit_batch(state: &mut State) -> Result<()> {
 
 /// Rolls the open transaction back after a storage failure; poisons the ledger if that lost earlier writes.
 fn fail_batch(state: &mut State, e: &Error) {
-    let earlier_writes = state.batch_ops > 0;
+    let earlier_writes = state.batch_ops > 0 || !state.journal;
     let _ = state.conn.execute_batch("ROLLBACK");
     state.batch_ops = 0;
     if earlier_writes {
@@ -347,8 +368,14 @@ fn migrate(conn: &mut Connection) -> Result<()> {
 
 // --- rows ---------------------------------------------------------------------------------------------------------
 
-const STEP_COLUMNS: &str = "run_id, step_id, action, inputs_hash, attempt_count, status, owner, lease_expiry_ms, \
-                            fence, last_attempt_ms, output, error, durable";
+/// The columns of a step row after its key, in the order `load_step` reads and `store_step` writes them (a macro, so
+/// the SQL texts are built at compile time).
+macro_rules! step_columns {
+    () => {
+        "run_id, step_id, action, inputs_hash, attempt_count, status, owner, lease_expiry_ms, fence, \
+         last_attempt_ms, output, error, durable"
+    };
+}
 
 fn parse_status(s: &str) -> Result<Status> {
     Ok(match s {
@@ -386,7 +413,8 @@ fn from_sql(n: i64) -> u64 {
 
 /// The step record of `key` and whether it was claimed durably.
 fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>> {
-    let mut stmt = conn.prepare_cached(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE key = ?1")).map_err(storage)?;
+    let mut stmt =
+        conn.prepare_cached(concat!("SELECT ", step_columns!(), " FROM steps WHERE key = ?1")).map_err(storage)?;
     let row = stmt
         .query_row([&key.0[..]], |r| {
             Ok((
@@ -431,13 +459,29 @@ fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>>
     Ok(Some((record, durable)))
 }
 
-fn store_step(conn: &Connection, record: &StepRecord, durable: bool) -> Result<()> {
-    let mut stmt = conn
-        .prepare_cached(&format!(
-            "INSERT OR REPLACE INTO steps (key, {STEP_COLUMNS}) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-        ))
-        .map_err(storage)?;
+/// Whether a step row is new or replaces the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Row {
+    New,
+    Stored,
+}
+
+/// Writes the row; returns how many rows changed (0 when a `Row::New` found the key taken).
+fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -> Result<usize> {
+    let sql = match row {
+        Row::New => concat!(
+            "INSERT OR IGNORE INTO steps (key, ",
+            step_columns!(),
+            ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ),
+        // An UPDATE rewrites the row in place; INSERT OR REPLACE would delete and re-insert it and its index entry.
+        Row::Stored => {
+            "UPDATE steps SET run_id = ?2, step_id = ?3, action = ?4, inputs_hash = ?5, attempt_count = ?6, \
+             status = ?7, owner = ?8, lease_expiry_ms = ?9, fence = ?10, last_attempt_ms = ?11, output = ?12, \
+             error = ?13, durable = ?14 WHERE key = ?1"
+        }
+    };
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
     stmt.execute(params![
         &record.key.0[..],
         record.run_id,
@@ -454,8 +498,7 @@ fn store_step(conn: &Connection, record: &StepRecord, durable: bool) -> Result<(
         record.error,
         durable,
     ])
-    .map_err(storage)?;
-    Ok(())
+    .map_err(storage)
 }
 
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
@@ -519,18 +562,26 @@ impl Ledger for SqliteLedger {
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         self.write(|conn| {
+            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
+            if claim.expected_fence == 0
+                && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
+                && store_step(conn, &record, claim.durable, Row::New)? == 1
+            {
+                // The common case, a fresh key: the insert went in, and nothing had to be read first.
+                return Ok((granted, commit));
+            }
             let mut stored = load_step(conn, &claim.key)?;
             // A key claimed durably once stays durable: its completion must not wait either.
             let durable = claim.durable || stored.as_ref().is_some_and(|(_, d)| *d);
-            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
             match transition::claim(stored.as_mut().map(|(record, _)| record), claim)? {
                 ClaimEffect::Insert(record, granted) => {
-                    store_step(conn, &record, durable)?;
+                    let inserted = store_step(conn, &record, durable, Row::New)?;
+                    assert_eq!(inserted, 1, "key {} was absent a moment ago in this transaction", claim.key);
                     Ok((granted, commit))
                 }
                 ClaimEffect::Updated(granted) => {
                     let (record, _) = stored.expect("an update needs a stored record");
-                    store_step(conn, &record, durable)?;
+                    store_step(conn, &record, durable, Row::Stored)?;
                     Ok((granted, commit))
                 }
                 ClaimEffect::Conflict(conflict) => Ok((conflict, Commit::MayWait)),
@@ -545,8 +596,13 @@ impl Ledger for SqliteLedger {
             let changed =
                 transition::complete(stored.as_mut().map(|(record, _)| record), key, fence, completion, now_ms)?;
             if changed {
+                // A completion changes the outcome columns only (see transition::complete).
                 let (record, _) = stored.expect("a change needs a stored record");
-                store_step(conn, &record, durable)?;
+                let mut stmt = conn
+                    .prepare_cached("UPDATE steps SET status = ?2, output = ?3, error = ?4 WHERE key = ?1")
+                    .map_err(storage)?;
+                stmt.execute(params![&key.0[..], record.status.as_str(), record.output, record.error])
+                    .map_err(storage)?;
             }
             Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
         })

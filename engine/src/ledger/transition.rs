@@ -95,6 +95,7 @@ fn set_if_changed(field: &mut String, value: &str) {
 
 /// Decides a completion. Returns `Ok(true)` when `current` was modified and must be written back, `Ok(false)` for
 /// an idempotent repeat of the same output.
+/// It changes only `status`, `output` and `error`: the SQLite ledger writes back just those columns.
 pub(crate) fn complete(
     current: Option<&mut StepRecord>,
     key: &Key,

@@ -1,0 +1,163 @@
+//! Model-based check that the two ledgers agree: random sequences of operations on a few keys and runs are applied
+//! to the in-memory ledger and to SQLite (`:memory:`, group-committed), and every result (value or error) and the
+//! final state of every key must be identical. The contract suite says what is right; this finds the sequences
+//! nobody wrote down where the two would differ.
+
+use engine::key::Key;
+use engine::ledger::memory::MemoryLedger;
+use engine::ledger::sqlite::{Options, SqliteLedger};
+use engine::ledger::{Claim, Completion, Ledger, RunRecord, RunStatus};
+use proptest::prelude::*;
+
+const KEY_COUNT: u8 = 4;
+const RUN_COUNT: u8 = 2;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Claim with the fence as read (`fresh`) or a guessed one.
+    Claim {
+        key: u8,
+        worker: u8,
+        now_ms: u64,
+        durable: bool,
+        fence: Option<u64>,
+    },
+    Complete {
+        key: u8,
+        fence: u64,
+        kind: u8,
+        now_ms: u64,
+    },
+    Renew {
+        key: u8,
+        fence: u64,
+        lease_expiry_ms: u64,
+    },
+    Plan {
+        key: u8,
+        plan: u8,
+    },
+    CreateRun {
+        run: u8,
+        status: u8,
+    },
+    SetRunStatus {
+        run: u8,
+        status: u8,
+    },
+    Forget {
+        run: u8,
+    },
+    Flush,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..KEY_COUNT, 0..2u8, 0..400u64, any::<bool>(), proptest::option::of(0..4u64))
+            .prop_map(|(key, worker, now_ms, durable, fence)| Op::Claim { key, worker, now_ms, durable, fence }),
+        4 => (0..KEY_COUNT, 0..4u64, 0..4u8, 0..400u64)
+            .prop_map(|(key, fence, kind, now_ms)| Op::Complete { key, fence, kind, now_ms }),
+        1 => (0..KEY_COUNT, 0..4u64, 0..400u64)
+            .prop_map(|(key, fence, lease_expiry_ms)| Op::Renew { key, fence, lease_expiry_ms }),
+        1 => (0..KEY_COUNT, 0..3u8).prop_map(|(key, plan)| Op::Plan { key, plan }),
+        1 => (0..RUN_COUNT, 0..5u8).prop_map(|(run, status)| Op::CreateRun { run, status }),
+        1 => (0..RUN_COUNT, 0..5u8).prop_map(|(run, status)| Op::SetRunStatus { run, status }),
+        1 => (0..RUN_COUNT).prop_map(|run| Op::Forget { run }),
+        1 => Just(Op::Flush),
+    ]
+}
+
+fn key(n: u8) -> Key {
+    Key([n; 32])
+}
+
+/// Keys 0 and 1 belong to run 0, the others to run 1.
+fn run_of_key(n: u8) -> String {
+    format!("run-{}", n / 2)
+}
+
+fn run_status(n: u8) -> RunStatus {
+    [RunStatus::Pending, RunStatus::Running, RunStatus::Succeeded, RunStatus::Failed, RunStatus::Paused][n as usize % 5]
+}
+
+/// Applies `op` and renders its result, so the two ledgers' answers can be compared as text.
+fn apply(l: &dyn Ledger, op: &Op) -> String {
+    match *op {
+        Op::Claim { key: k, worker, now_ms, durable, fence } => {
+            let expected_fence = match fence {
+                Some(f) => f,
+                None => l.get(&key(k)).unwrap().map_or(0, |r| r.fence),
+            };
+            let run_id = run_of_key(k);
+            let worker = format!("w{worker}");
+            let claim = Claim {
+                key: key(k),
+                run_id: &run_id,
+                step_id: "s",
+                action: "c.a",
+                inputs_hash: [k; 32],
+                worker: &worker,
+                now_ms,
+                lease_ms: 100,
+                expected_fence,
+                durable,
+            };
+            format!("{:?}", l.claim(&claim))
+        }
+        Op::Complete { key: k, fence, kind, now_ms } => {
+            let completion = match kind {
+                0 => Completion::Succeeded { output: b"out-a".to_vec() },
+                1 => Completion::Succeeded { output: b"out-b".to_vec() },
+                2 => Completion::Failed { error: "declined".into() },
+                _ => Completion::Unknown { reason: "timeout".into() },
+            };
+            format!("{:?}", l.complete(&key(k), fence, &completion, now_ms))
+        }
+        Op::Renew { key: k, fence, lease_expiry_ms } => format!("{:?}", l.renew(&key(k), fence, lease_expiry_ms)),
+        Op::Plan { key: k, plan } => format!("{:?}", l.record_plan(&key(k), &[plan], 1)),
+        Op::CreateRun { run, status } => {
+            let record = RunRecord {
+                run_id: format!("run-{run}"),
+                workflow: "wf".into(),
+                status: run_status(status),
+                trigger: b"{}".to_vec(),
+                reason: None,
+                created_ms: 1,
+                updated_ms: 1,
+            };
+            format!("{:?}", l.create_run(&record))
+        }
+        Op::SetRunStatus { run, status } => {
+            format!("{:?}", l.set_run_status(&format!("run-{run}"), run_status(status), Some("why"), 2))
+        }
+        Op::Forget { run } => format!("{:?}", l.forget_run(&format!("run-{run}"))),
+        Op::Flush => format!("{:?}", l.flush()),
+    }
+}
+
+/// Everything observable, rendered.
+fn state(l: &dyn Ledger) -> String {
+    let mut out = String::new();
+    for k in 0..KEY_COUNT {
+        out += &format!("{:?} {:?}\n", l.get(&key(k)).unwrap(), l.get_plan(&key(k)).unwrap());
+    }
+    for run in 0..RUN_COUNT {
+        out += &format!("{:?}\n", l.get_run(&format!("run-{run}")).unwrap());
+    }
+    out += &format!("{:?} {:?}\n", l.unfinished_runs().unwrap(), l.paused_runs().unwrap());
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn memory_and_sqlite_agree(ops in proptest::collection::vec(op(), 1..60)) {
+        let memory = MemoryLedger::new();
+        let sqlite = SqliteLedger::open_in_memory(Options { group_commit_ops_max: 8, ..Options::default() }).unwrap();
+        for (i, op) in ops.iter().enumerate() {
+            let (m, s) = (apply(&memory, op), apply(&sqlite, op));
+            prop_assert_eq!(&m, &s, "op {} {:?}", i, op);
+            prop_assert_eq!(state(&memory), state(&sqlite), "state after op {} {:?}", i, op);
+        }
+    }
+}
