@@ -596,13 +596,21 @@ impl Ledger for SqliteLedger {
             let changed =
                 transition::complete(stored.as_mut().map(|(record, _)| record), key, fence, completion, now_ms)?;
             if changed {
-                // A completion changes the outcome columns only (see transition::complete).
+                // A completion changes the outcome columns and releases the lease (see transition::complete).
                 let (record, _) = stored.expect("a change needs a stored record");
                 let mut stmt = conn
-                    .prepare_cached("UPDATE steps SET status = ?2, output = ?3, error = ?4 WHERE key = ?1")
+                    .prepare_cached(
+                        "UPDATE steps SET status = ?2, output = ?3, error = ?4, lease_expiry_ms = ?5 WHERE key = ?1",
+                    )
                     .map_err(storage)?;
-                stmt.execute(params![&key.0[..], record.status.as_str(), record.output, record.error])
-                    .map_err(storage)?;
+                stmt.execute(params![
+                    &key.0[..],
+                    record.status.as_str(),
+                    record.output,
+                    record.error,
+                    to_sql(record.lease_expiry_ms)
+                ])
+                .map_err(storage)?;
             }
             Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
         })
