@@ -13,7 +13,7 @@
 //! - emits an `entry.created` webhook event per entry.
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -77,7 +77,7 @@ impl Api for Ledgerly {
         }
         self.next_id += 1;
         let id = format!("entry_{}", self.next_id);
-        let external_ref = request.key.to_hex();
+        let external_ref = key_hex(request.key);
         let visible_ms = cx.now_ms + cx.lag_ms;
         let record = json!({ "id": id, "external_ref": external_ref, "fields": request.inputs });
         let indexed = Indexed { id: id.clone(), visible_ms, record: record.clone() };
@@ -102,7 +102,7 @@ impl Api for Ledgerly {
     }
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
-        match self.by_external_ref.search(&request.key.to_hex(), now_ms) {
+        match self.by_external_ref.search(&key_hex(request.key), now_ms) {
             Some(found) => LookupOutcome::Found(found.record.clone()),
             None => LookupOutcome::NotFound,
         }

@@ -19,7 +19,7 @@
 //! - Every created object emits a webhook event (`customer.created`, `charge.succeeded`).
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -165,7 +165,7 @@ impl Payments {
             let id = format!("cus_{}", self.next_id);
             let record = json!({
                 "id": id, "object": "customer", "params": request.inputs,
-                "metadata": { "flow_key": request.key.to_hex() },
+                "metadata": { "flow_key": key_hex(request.key) },
             });
             (id, record, "customer.created", cx.now_ms + cx.lag_ms)
         } else {
@@ -176,7 +176,7 @@ impl Payments {
         };
         if action == 0 {
             let indexed = Indexed { id: object_id.clone(), visible_ms, record: record.clone() };
-            self.customers.insert(request.run_id, request.key.to_hex(), indexed);
+            self.customers.insert(request.run_id, key_hex(request.key), indexed);
         }
         self.objects_by_id.insert(object_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
@@ -238,7 +238,7 @@ impl Api for Payments {
     }
 
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
-        let idempotency_key = request.key.to_hex();
+        let idempotency_key = key_hex(request.key);
         self.execute_with_idempotency_key(cx, request, &idempotency_key)
     }
 
@@ -246,7 +246,7 @@ impl Api for Payments {
         if request.action != CREATE_CUSTOMER {
             return LookupOutcome::Failed(format!("no search for `{}`", request.action));
         }
-        match self.customers.search(&request.key.to_hex(), now_ms) {
+        match self.customers.search(&key_hex(request.key), now_ms) {
             Some(found) => LookupOutcome::Found(found.record.clone()),
             None => LookupOutcome::NotFound,
         }

@@ -190,4 +190,21 @@ mod tests {
         assert!(offsets.iter().all(|&o| o <= 10_000));
         assert!(offsets.windows(2).any(|w| w[1] < w[0]), "later changes must sometimes be delivered first");
     }
+
+    #[test]
+    fn redelivery_offsets_follow_the_backoff_and_stop_after_the_horizon() {
+        let profile = WebhookProfile::default();
+        // (failed attempt, first offset, failed offset) -> next offset
+        let cases: &[(u32, u64, u64, Option<u64>)] = &[
+            (1, 0, 0, Some(60_000)),
+            (2, 0, 60_000, Some(180_000)),
+            (3, 5_000, 185_000, Some(425_000)),
+            (12, 0, 2 * DAY_MS, Some(2 * DAY_MS + 6 * 3_600_000)),
+            (12, 0, 3 * DAY_MS - 1_000, None),
+            (DELIVERY_ATTEMPT_COUNT_MAX, 0, 1_000, None),
+        ];
+        for &(attempt, first, failed, expected) in cases {
+            assert_eq!(redelivery_offset_ms(&profile, attempt, first, failed), expected, "attempt {attempt}");
+        }
+    }
 }

@@ -473,3 +473,10 @@ fn same_seed_same_outcomes() {
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
 }
+
+#[test]
+fn key_hex_matches_the_engine_spelling() {
+    for n in [0, 1, 0xDEAD_BEEF, u64::MAX] {
+        assert_eq!(connectors_fake::server::key_hex(&key(n)), key(n).to_hex());
+    }
+}
