@@ -656,10 +656,13 @@ impl Engine {
         }
         let mut last_error = String::new();
         for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
-            // Planning is reading and thinking: a crash here leaves nothing outside, and the next drive plans again.
-            self.maybe_halt(CrashPoint::WhilePlanning, run_id, &step_key).await;
             let proposed = match planner.plan(run_id, &step.id, &inputs).await {
-                Ok(p) => p,
+                Ok(p) => {
+                    // Planning is reading and thinking: a crash after the model answered but before its plan is
+                    // recorded leaves nothing outside, and the next drive plans again.
+                    self.maybe_halt(CrashPoint::WhilePlanning, run_id, &step_key).await;
+                    p
+                }
                 Err(e) => {
                     last_error = e;
                     sleep_ms(decide::backoff_ms(&self.config.retry, self.config.seed, &step_key, attempt + 1)).await;
