@@ -116,7 +116,10 @@ pub enum Error {
     UnknownRun(String),
     UnknownWorkflow(String),
     /// `resolve` on a run that is not paused.
-    NotPaused { run_id: String, status: RunStatus },
+    NotPaused {
+        run_id: String,
+        status: RunStatus,
+    },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
@@ -256,7 +259,12 @@ async fn sleep_ms(ms: u64) {
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig, ledger: Arc<dyn Ledger>, clock: Arc<dyn Clock>, observer: Arc<dyn Observer>) -> Self {
+    pub fn new(
+        config: EngineConfig,
+        ledger: Arc<dyn Ledger>,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         Self {
             config,
             ledger,
@@ -670,7 +678,9 @@ impl Engine {
                 }
             };
             if let Some(unknown) = proposed.iter().find(|a| !self.actions.contains_key(&a.action)) {
-                return Ok(KeyEnd::Failed { reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action) });
+                return Ok(KeyEnd::Failed {
+                    reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action),
+                });
             }
             let plan = serde_json::to_value(&proposed).expect("planned actions serialise");
             let bytes = match canonical::to_vec(&plan) {
@@ -682,7 +692,12 @@ impl Engine {
             let reused = in_force != bytes;
             return self.run_plan(run_id, step, step_key, &in_force, reused, resolution).await;
         }
-        Ok(KeyEnd::Failed { reason: format!("step {}: the planner failed {} times: {last_error}", step.id, self.config.plan_attempt_count_max) })
+        Ok(KeyEnd::Failed {
+            reason: format!(
+                "step {}: the planner failed {} times: {last_error}",
+                step.id, self.config.plan_attempt_count_max
+            ),
+        })
     }
 
     /// Runs the writes of a recorded plan, each under its own write key.
@@ -707,7 +722,8 @@ impl Engine {
         self.maybe_halt(CrashPoint::AfterPlanBeforeFirstWrite, run_id, &step_key).await;
         let mut outputs = Vec::with_capacity(writes.len());
         for (index, write) in writes.iter().enumerate() {
-            let bound = self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
+            let bound =
+                self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
             let canonical = canonical::to_vec(&key::without_volatile(&write.inputs, &step.volatile))
                 .map_err(|e| corrupt(&e.to_string()))?;
             let key = key::write_key(&step_key, index as u32, &key::without_volatile(&write.inputs, &step.volatile))
@@ -736,7 +752,11 @@ impl Engine {
     }
 
     /// One key's life: decide, act, record, until it is done, paused or failed. Bounded by `decision_count_max`.
-    async fn run_key(&self, job: &KeyJob<'_>, mut resolution: Option<&mut PendingResolution<'_>>) -> Result<KeyEnd, Error> {
+    async fn run_key(
+        &self,
+        job: &KeyJob<'_>,
+        mut resolution: Option<&mut PendingResolution<'_>>,
+    ) -> Result<KeyEnd, Error> {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let spec = &bound.spec;
         let keyed_rules = self.config.policy == Policy::Rules && matches!(spec.class, GuaranteeClass::Keyed { .. });
@@ -782,7 +802,12 @@ impl Engine {
                             Claimed::Granted { fence, .. } => {
                                 pending.consumed = true;
                                 self.ledger.complete(&key, fence, &Completion::Succeeded { output: bytes }, now_ms)?;
-                                self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
+                                self.observer.event(&Event::StepSucceeded {
+                                    run_id,
+                                    step_id,
+                                    key: &key,
+                                    action: &bound.full,
+                                });
                                 return Ok(KeyEnd::Done(output.clone()));
                             }
                             Claimed::Conflict(current) => {
@@ -851,16 +876,22 @@ impl Engine {
                     person_retry = false;
                     if lookup_first && spec.has_lookup {
                         let prior_definite = record.as_ref().is_none_or(|r| r.status == Status::Failed);
-                        match self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
-                            Some(end) => return Ok(end),
-                            None => {} // nothing found: create
+                        if let Some(end) = self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
+                            return Ok(end);
                         }
+                        // Nothing found (create now), or the lookup failed and was recorded (read again).
                         if self.ledger.get(&key)?.is_some_and(|r| r.fence != fence || r.status != Status::Started) {
                             continue; // the lookup recorded its failure, or we lost the key
                         }
                     }
                     self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
-                    self.observer.event(&Event::CallStarted { run_id, step_id, key: &key, action: &bound.full, attempt });
+                    self.observer.event(&Event::CallStarted {
+                        run_id,
+                        step_id,
+                        key: &key,
+                        action: &bound.full,
+                        attempt,
+                    });
                     let sent_key = match self.config.policy {
                         Policy::Rules => key,
                         Policy::Naive => naive_attempt_key(&key, attempt),
@@ -982,7 +1013,8 @@ impl Engine {
                 let completion = if prior_definite {
                     Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
                 } else {
-                    let earlier = prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
+                    let earlier =
+                        prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
                     Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, &completion, now_ms)?;

@@ -2,6 +2,8 @@
 //! has its own key; a crash at each point keeps every write to one effect, and a crash while planning re-plans while
 //! a crash during the writes reuses the recorded plan (the planner is never asked again).
 
+#![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
+
 mod common;
 
 use common::*;
@@ -46,13 +48,19 @@ async fn an_agent_crash_at_each_point_keeps_each_action_to_one_effect() {
             let crashing = Recorder::halting_at(point, nth);
             let connectors = [tools.clone() as _, desk.clone() as _];
             let planners: [(&str, Arc<dyn Planner>); 1] = [("model", planner.clone())];
-            let first = engine(config("w1"), ledger.clone(), crashing.clone(), &connectors, &planners, &[agent_workflow()]);
+            let first =
+                engine(config("w1"), ledger.clone(), crashing.clone(), &connectors, &planners, &[agent_workflow()]);
             first.create_run("triage", "r1", &json!({"ticket": 9})).unwrap();
             assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
             drop(first);
             let recorder = Recorder::new();
-            let second = engine(config("w2"), ledger.clone(), recorder.clone(), &connectors, &planners, &[agent_workflow()]);
-            assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)], "{name}");
+            let second =
+                engine(config("w2"), ledger.clone(), recorder.clone(), &connectors, &planners, &[agent_workflow()]);
+            assert_eq!(
+                second.resume_unfinished().await.unwrap(),
+                vec![("r1".to_string(), RunStatus::Succeeded)],
+                "{name}"
+            );
 
             let effects = tools.effects();
             assert_eq!(effects.len(), WRITES, "{name}: {effects:?}");

@@ -2,6 +2,8 @@
 //! calls and lookups made, the effects committed and the key's final ledger record out. Runs under real tokio
 //! (`cargo test -p engine`) and under madsim (`cargo sim-test -p engine`).
 
+#![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
+
 mod common;
 
 use common::*;
@@ -46,30 +48,235 @@ fn cases() -> Vec<Case> {
     use RunStatus::{Failed, Paused, Succeeded};
     vec![
         c("keyed: applies once", k(), &[], Succeeded, 1, 0, 1, Status::Succeeded),
-        c("keyed: commit then timeout resends the same key, one effect", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 1, Status::Succeeded),
+        c(
+            "keyed: commit then timeout resends the same key, one effect",
+            k(),
+            &[ApplyThenTimeout],
+            Succeeded,
+            2,
+            0,
+            1,
+            Status::Succeeded,
+        ),
         c("keyed: timeout before commit resends", k(), &[TimeoutBefore], Succeeded, 2, 0, 1, Status::Succeeded),
-        c("keyed: retryable failures back off and retry", k(), &[FailRetryable, FailRetryable], Succeeded, 3, 0, 1, Status::Succeeded),
+        c(
+            "keyed: retryable failures back off and retry",
+            k(),
+            &[FailRetryable, FailRetryable],
+            Succeeded,
+            3,
+            0,
+            1,
+            Status::Succeeded,
+        ),
         c("keyed: a permanent failure fails the step", k(), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
         c("keyed: attempts exhausted, none applied: failed", k(), &[FailRetryable; 4], Failed, 4, 0, 0, Status::Failed),
-        c("keyed: attempts exhausted after indeterminate: paused", k(), &[TimeoutBefore; 4], Paused, 4, 0, 0, Status::Unknown),
-        c("keyed: key reused with another payload pauses, no new key", k(), &[KeyReused], Paused, 1, 0, 0, Status::Failed),
-        c("keyed: 409 in flight waits and resends the same key", k(), &[InFlight, InFlight], Succeeded, 3, 0, 1, Status::Succeeded),
-        c("keyed: past retention without lookup pauses", keyed("charge", 0, false), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
-        c("keyed: past retention with lookup adopts", keyed("charge", 0, true), &[ApplyThenTimeout], Succeeded, 1, 1, 1, Status::Succeeded),
-        c("keyed: past retention with lookup, nothing found, creates", keyed("charge", 0, true), &[TimeoutBefore], Succeeded, 2, 1, 1, Status::Succeeded),
-        Case { lag_ms: 10, ..c("lookup: looks first even on the first attempt", lookup("contact", 20), &[], Succeeded, 1, 1, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: commit then timeout, lag under the bound: adopts, no duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 1, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: timeout before commit: looks, creates", lookup("contact", 20), &[TimeoutBefore], Succeeded, 2, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: retryable failure retries with a lookup", lookup("contact", 20), &[FailRetryable], Succeeded, 2, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 60, ..c("lookup: lag over the bound: the residual duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 2, 2, Status::Succeeded) },
+        c(
+            "keyed: attempts exhausted after indeterminate: paused",
+            k(),
+            &[TimeoutBefore; 4],
+            Paused,
+            4,
+            0,
+            0,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: key reused with another payload pauses, no new key",
+            k(),
+            &[KeyReused],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        c(
+            "keyed: 409 in flight waits and resends the same key",
+            k(),
+            &[InFlight, InFlight],
+            Succeeded,
+            3,
+            0,
+            1,
+            Status::Succeeded,
+        ),
+        c(
+            "keyed: past retention without lookup pauses",
+            keyed("charge", 0, false),
+            &[ApplyThenTimeout],
+            Paused,
+            1,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: past retention with lookup adopts",
+            keyed("charge", 0, true),
+            &[ApplyThenTimeout],
+            Succeeded,
+            1,
+            1,
+            1,
+            Status::Succeeded,
+        ),
+        c(
+            "keyed: past retention with lookup, nothing found, creates",
+            keyed("charge", 0, true),
+            &[TimeoutBefore],
+            Succeeded,
+            2,
+            1,
+            1,
+            Status::Succeeded,
+        ),
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: looks first even on the first attempt",
+                lookup("contact", 20),
+                &[],
+                Succeeded,
+                1,
+                1,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: commit then timeout, lag under the bound: adopts, no duplicate",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                1,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: timeout before commit: looks, creates",
+                lookup("contact", 20),
+                &[TimeoutBefore],
+                Succeeded,
+                2,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: retryable failure retries with a lookup",
+                lookup("contact", 20),
+                &[FailRetryable],
+                Succeeded,
+                2,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 60,
+            ..c(
+                "lookup: lag over the bound: the residual duplicate",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                2,
+                2,
+                Status::Succeeded,
+            )
+        },
         c("at-most-once: applies", at_most_once("payout"), &[], Succeeded, 1, 0, 1, Status::Succeeded),
-        c("at-most-once: commit then timeout pauses, zero resends", at_most_once("payout"), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
-        c("at-most-once: timeout before commit pauses too", at_most_once("payout"), &[TimeoutBefore], Paused, 1, 0, 0, Status::Unknown),
-        c("at-most-once: a retryable failure is not retried: paused", at_most_once("payout"), &[FailRetryable], Paused, 1, 0, 0, Status::Failed),
-        c("at-most-once: a permanent failure fails", at_most_once("payout"), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
-        Case { policy: Policy::Naive, ..c("naive: keyed commit then timeout duplicates (fresh key)", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
-        Case { policy: Policy::Naive, ..c("naive: at-most-once timeout is resent", at_most_once("payout"), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
-        Case { policy: Policy::Naive, lag_ms: 10, ..c("naive: lookup action never looks", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
+        c(
+            "at-most-once: commit then timeout pauses, zero resends",
+            at_most_once("payout"),
+            &[ApplyThenTimeout],
+            Paused,
+            1,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "at-most-once: timeout before commit pauses too",
+            at_most_once("payout"),
+            &[TimeoutBefore],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Unknown,
+        ),
+        c(
+            "at-most-once: a retryable failure is not retried: paused",
+            at_most_once("payout"),
+            &[FailRetryable],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        c(
+            "at-most-once: a permanent failure fails",
+            at_most_once("payout"),
+            &[FailPermanent],
+            Failed,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        Case {
+            policy: Policy::Naive,
+            ..c(
+                "naive: keyed commit then timeout duplicates (fresh key)",
+                k(),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            policy: Policy::Naive,
+            ..c(
+                "naive: at-most-once timeout is resent",
+                at_most_once("payout"),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            policy: Policy::Naive,
+            lag_ms: 10,
+            ..c(
+                "naive: lookup action never looks",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
     ]
 }
 
@@ -82,12 +289,14 @@ async fn each_rule_as_a_table() {
         let mut config = config("w1");
         config.policy = case.policy;
         let action = format!("api.{}", case.spec.name);
-        let engine = engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
+        let engine =
+            engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
         let trigger = json!({"email": "a@example.com", "amount": 5});
         let status = engine.start_run("wf", "r1", &trigger).await.expect(case.name);
         let key = key::step_key("r1", "only", &json!({"email": "a@example.com", "amount": 5})).unwrap();
         let record = ledger.get(&key).unwrap().expect(case.name);
-        let got = (status, connector.calls().len(), connector.lookups().len(), connector.effects().len(), record.status);
+        let got =
+            (status, connector.calls().len(), connector.lookups().len(), connector.effects().len(), record.status);
         let want = (case.status, case.calls, case.lookups, case.effects, case.record);
         assert_eq!(got, want, "{}: events {:?}", case.name, recorder.lines());
         let run = ledger.get_run("r1").unwrap().unwrap();
@@ -156,8 +365,14 @@ async fn paused_payout() -> (Arc<Scripted>, Arc<engine::ledger::memory::MemoryLe
     let connector = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
     let ledger = memory_ledger();
     let recorder = Recorder::new();
-    let engine =
-        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", "bank.payout")]);
+    let engine = engine(
+        config("w1"),
+        ledger.clone(),
+        recorder.clone(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "bank.payout")],
+    );
     let status = engine.start_run("wf", "r1", &json!({"email": "a@example.com", "amount": 5})).await.unwrap();
     assert_eq!(status, RunStatus::Paused);
     let run = ledger.get_run("r1").unwrap().unwrap();
@@ -276,7 +491,11 @@ async fn registration_checks_actions_and_planners() {
     let mut engine = engine(config("w"), memory_ledger(), Recorder::new(), &[connector], &[], &[]);
     let table = [
         (json!({"name": "w", "steps": [{"id": "s", "action": "api.nope"}]}), "s", "action"),
-        (json!({"name": "w", "steps": [{"id": "s", "writes": [{"action": "api.a"}, {"action": "x.y"}]}]}), "s", "writes[1].action"),
+        (
+            json!({"name": "w", "steps": [{"id": "s", "writes": [{"action": "api.a"}, {"action": "x.y"}]}]}),
+            "s",
+            "writes[1].action",
+        ),
         (json!({"name": "w", "steps": [{"id": "s", "planner": "model"}]}), "s", "planner"),
     ];
     for (def, step, field) in table {

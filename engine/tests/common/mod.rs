@@ -10,12 +10,12 @@ use engine::connector::{
     ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request,
 };
 use engine::event::{CrashPoint, Event, Observer};
-use engine::executor::{Engine, EngineConfig, Planner, PlannedAction, RetryPolicy};
+use engine::executor::{Engine, EngineConfig, PlannedAction, Planner, RetryPolicy};
 use engine::key::Key;
-use engine::ledger::memory::MemoryLedger;
 use engine::ledger::Ledger;
+use engine::ledger::memory::MemoryLedger;
 use engine::workflow::Workflow;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
