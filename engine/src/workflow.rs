@@ -370,6 +370,23 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../workflows/signup.toml");
+        let wf = Workflow::from_toml(text).expect("signup.toml is valid");
+        let kinds: Vec<&str> = wf
+            .steps
+            .iter()
+            .map(|s| match s.kind {
+                StepKind::Action { .. } => "action",
+                StepKind::Writes(_) => "writes",
+                StepKind::Agent { .. } => "agent",
+            })
+            .collect();
+        assert_eq!(kinds, ["action", "action", "writes", "agent"]);
+        assert_eq!(wf.steps[0].volatile, ["requested_at"]);
+    }
+
+    #[test]
     fn validation_errors_name_step_and_field() {
         let cases: &[(Value, &str, &str)] = &[
             (json!({"name": "w", "steps": []}), "", "steps"),
