@@ -6,6 +6,7 @@
 
 use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
+use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, RunRecord, RunStatus,
     Status,
@@ -22,10 +23,31 @@ fn memory() -> Fixture {
     Fixture { ledger: Box::new(MemoryLedger::new()), reopen: None, _dir: None }
 }
 
+fn sqlite_memory() -> Fixture {
+    let ledger = SqliteLedger::open_in_memory(Options::default()).expect("open :memory:");
+    Fixture { ledger: Box::new(ledger), reopen: None, _dir: None }
+}
+
+fn sqlite_file() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("ledger.sqlite");
+    // Group commit on, so the suite also covers reads of uncommitted writes on the same connection.
+    let options = Options { group_commit_ops_max: 16, ..Options::default() };
+    let ledger = SqliteLedger::open(&path, options.clone()).expect("open file");
+    let reopen = move || -> Box<dyn Ledger> { Box::new(SqliteLedger::open(&path, options.clone()).expect("reopen")) };
+    Fixture { ledger: Box::new(ledger), reopen: Some(Box::new(reopen)), _dir: Some(dir) }
+}
+
 macro_rules! contract {
     ($($property:ident),* $(,)?) => {
         mod memory {
             $( #[test] fn $property() { super::$property(super::memory()) } )*
+        }
+        mod sqlite_memory {
+            $( #[test] fn $property() { super::$property(super::sqlite_memory()) } )*
+        }
+        mod sqlite_file {
+            $( #[test] fn $property() { super::$property(super::sqlite_file()) } )*
         }
     };
 }
@@ -490,4 +512,103 @@ fn reopen_keeps_everything(f: Fixture) {
     assert_eq!(l.resolutions("run-1").unwrap(), [res]);
     assert_eq!(l.paused_runs().unwrap(), ["run-1"]);
     assert_eq!(l.unfinished_runs().unwrap(), ["run-2"]);
+}
+
+// --- SQLite files only --------------------------------------------------------------------------------------------
+
+mod sqlite_file_only {
+    use super::*;
+
+    fn open(path: &std::path::Path) -> Result<SqliteLedger, Error> {
+        SqliteLedger::open(path, Options::default())
+    }
+
+    #[test]
+    fn garbage_bytes_are_corrupt_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&path, &garbage).unwrap();
+        match open(&path) {
+            Err(Error::Corrupt { detail }) => assert!(detail.contains("ledger.sqlite"), "names the file: {detail}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), garbage, "never silently recreated");
+    }
+
+    #[test]
+    fn a_database_that_is_not_a_ledger_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("other.sqlite");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY); INSERT INTO customers VALUES (1);")
+            .unwrap();
+        drop(conn);
+        assert!(matches!(open(&path), Err(Error::Corrupt { .. })));
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let n: i64 = conn.query_row("SELECT count(*) FROM customers", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1, "the foreign database is untouched");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        drop(open(&path).unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", engine::ledger::sqlite::SCHEMA_VERSION + 7).unwrap();
+        drop(conn);
+        match open(&path) {
+            Err(Error::SchemaTooNew { found, supported }) => {
+                assert_eq!(
+                    (found, supported),
+                    (engine::ledger::sqlite::SCHEMA_VERSION + 7, engine::ledger::sqlite::SCHEMA_VERSION)
+                )
+            }
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_fresh_file_gets_the_current_schema_and_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        drop(open(&path).unwrap());
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+        assert_eq!((version, mode.as_str()), (engine::ledger::sqlite::SCHEMA_VERSION, "wal"));
+    }
+
+    /// Writes that may wait are lost by a crash unless flushed; durable ones and everything before them are not.
+    /// A crash is modelled by leaking the ledger (no `Drop`, so no graceful commit) and copying the files away.
+    #[test]
+    fn group_commit_keeps_durable_writes_and_everything_before_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let options = Options { group_commit_ops_max: 1_000, ..Options::default() };
+        let l = SqliteLedger::open(&path, options.clone()).unwrap();
+        granted(l.claim(&claim_of(key(1), "r", "w", 0, 0)));
+        let mut durable = claim_of(key(2), "r", "w", 0, 0);
+        durable.durable = true;
+        granted(l.claim(&durable));
+        granted(l.claim(&claim_of(key(3), "r", "w", 0, 0)));
+        assert!(l.get(&key(3)).unwrap().is_some(), "reads see the open batch");
+        // Snapshot the files as a crash would leave them: key 3 is only in the open transaction.
+        let crashed = dir.path().join("crashed.sqlite");
+        for suffix in ["", "-wal"] {
+            let from = format!("{}{suffix}", path.display());
+            if std::path::Path::new(&from).exists() {
+                std::fs::copy(&from, format!("{}{suffix}", crashed.display())).unwrap();
+            }
+        }
+        l.flush().unwrap();
+        let after_crash = SqliteLedger::open(&crashed, options).unwrap();
+        assert!(after_crash.get(&key(1)).unwrap().is_some(), "committed with the durable claim after it");
+        assert!(after_crash.get(&key(2)).unwrap().is_some(), "durable");
+        assert_eq!(after_crash.get(&key(3)).unwrap(), None, "was waiting in the batch");
+        drop(l);
+        let reopened = SqliteLedger::open(&path, Options::default()).unwrap();
+        assert!(reopened.get(&key(3)).unwrap().is_some(), "flushed");
+    }
 }

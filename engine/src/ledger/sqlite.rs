@@ -1,1 +1,794 @@
-//! The SQLite ledger (rusqlite, bundled SQLite). OWNER: ledger work stream.
+//! The SQLite ledger (rusqlite, bundled SQLite): a file in WAL mode for real deployments, `:memory:` for
+//! simulations. The same contract as [`super::memory::MemoryLedger`] (`tests/ledger_contract.rs`); transitions are
+//! decided by the pure core in `transition.rs`, this module only reads and writes rows.
+//!
+//! # Schema and migrations
+//! The schema version lives in `PRAGMA user_version`; [`MIGRATIONS`] are applied in order, each in its own
+//! transaction together with the version bump. A file whose version is newer than this build knows is refused with
+//! [`Error::SchemaTooNew`]. A file SQLite cannot read as a database (garbage bytes, a damaged header), or a
+//! database at version 0 that already holds tables (not a ledger), is refused with [`Error::Corrupt`]; nothing is
+//! ever recreated over it. SQLite's `random()` is never used: every value stored comes from the caller.
+//!
+//! # Settings
+//! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=NORMAL` by default.
+//!   WAL + NORMAL is durable against a crash of the process (a committed transaction is in the WAL file, in the
+//!   OS page cache, before `COMMIT` returns; `tests/crash_sigkill.rs` kills a writer with SIGKILL to check it), but
+//!   the WAL is only fsynced at checkpoints, so a power loss or kernel crash may roll back the last committed
+//!   transactions (never corrupt the file). Process crashes are the fault model of Flow; for deployments where a
+//!   lost at-most-once intent after a power cut is unacceptable, set [`Options::synchronous`] to
+//!   [`Synchronous::Full`] (every commit fsyncs the WAL; slower).
+//! - `:memory:`: `journal_mode=MEMORY` (not `OFF`: `OFF` makes `ROLLBACK` undefined, and a failed write rolls back).
+//!
+//! # Group commit: which writes may wait, and why that is safe
+//! With [`Options::group_commit_ops_max`] = N > 0, writes run inside one open transaction that is committed every N
+//! writes. Reads go through the same connection, so they see uncommitted writes: within the process the ledger
+//! behaves exactly as if every write were committed. What a crash can lose is the open batch, and only writes whose
+//! loss the engine recovers from are allowed to wait in it:
+//! - **may wait**: a claim with `durable == false` (the intent of a keyed or otherwise repeatable call), the
+//!   completion of such a claim, lease renewals, run status `Pending`/`Running`, rejected webhook records, inbox
+//!   expiry, `forget_run`. Why safe: a lost keyed intent or keyed outcome leaves the key absent or `Started`, and
+//!   after the restart the engine claims it again and resends **with the same idempotency key**; the API replays its
+//!   stored response, so the effect is not repeated (within the API's key retention, which the engine checks before
+//!   resending anyway). A lost renewal only shortens a lease whose owner died in the same crash. A lost `Running`
+//!   leaves the run `Pending`, which is resumed the same way. A lost rejection, expiry or forget is bookkeeping that
+//!   the next call redoes.
+//! - **commit at once, together with the open batch**: a claim with `durable == true` (at-most-once and
+//!   lookup-before-create intents: the intent must be on disk before the call, or a crash would forget that a call
+//!   may have happened), the completion of a durably claimed key (so an at-most-once outcome is not turned into a
+//!   needless pause), `intake` (the sender is acknowledged after it returns; the run must exist), `record_plan` (a
+//!   plan is never replaced, so it must not be re-asked), `create_run`, run status `Paused`, `Succeeded`, `Failed`,
+//!   resolutions (a person's decision), and [`Ledger::flush`]. A batch is committed in order, as one transaction, so
+//!   nothing that was written after a write can survive it: a durable write commits every earlier write with it.
+//!
+//! With N = 0 (the default) every write is its own transaction.
+//!
+//! # Failures
+//! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
+//! after some failures) and the ledger refuses every later call with [`Error::Storage`]: the process must reopen it,
+//! exactly as after a crash, since it may have acted on writes that are gone. With N = 0 only the failing write is
+//! rolled back.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+
+use super::transition::{self, ClaimEffect};
+use super::{
+    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result, RunRecord,
+    RunStatus, Status, StepRecord,
+};
+use crate::key::Key;
+
+/// The schema migrations; entry `i` takes the schema from version `i` to `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // Version 1. Step records are keyed by the 32-byte key (WITHOUT ROWID: the row lives in the key's b-tree) and
+    // indexed by run, so forget_run touches only the run's rows.
+    "CREATE TABLE steps (
+        key BLOB PRIMARY KEY NOT NULL,
+        run_id TEXT NOT NULL,
+        step_id TEXT NOT NULL,
+        action TEXT NOT NULL,
+        inputs_hash BLOB NOT NULL,
+        attempt_count INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        lease_expiry_ms INTEGER NOT NULL,
+        fence INTEGER NOT NULL,
+        last_attempt_ms INTEGER NOT NULL,
+        output BLOB,
+        error TEXT,
+        durable INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX steps_by_run ON steps (run_id);
+    CREATE TABLE plans (
+        key BLOB PRIMARY KEY NOT NULL,
+        run_id TEXT,
+        plan BLOB NOT NULL,
+        recorded_ms INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX plans_by_run ON plans (run_id);
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY NOT NULL,
+        workflow TEXT NOT NULL,
+        status TEXT NOT NULL,
+        trigger BLOB NOT NULL,
+        reason TEXT,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX runs_by_status ON runs (status, run_id);
+    CREATE TABLE inbox (
+        source TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        dedup_key TEXT,
+        run_id TEXT NOT NULL,
+        received_ms INTEGER NOT NULL,
+        PRIMARY KEY (source, event_id)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX inbox_by_dedup_key ON inbox (source, dedup_key) WHERE dedup_key IS NOT NULL;
+    CREATE INDEX inbox_by_received ON inbox (received_ms);
+    CREATE TABLE rejected (
+        id INTEGER PRIMARY KEY,
+        source TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        received_ms INTEGER NOT NULL
+    );
+    CREATE INDEX rejected_by_received ON rejected (received_ms);
+    CREATE TABLE resolutions (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        key BLOB NOT NULL,
+        resolution TEXT NOT NULL,
+        by_whom TEXT NOT NULL,
+        at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX resolutions_by_run ON resolutions (run_id, id);",
+];
+
+/// The schema version this build writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How hard a commit pushes to the disk (SQLite's `synchronous`). See the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Durable against process crashes; a power loss may roll back the last commits.
+    #[default]
+    Normal,
+    /// Every commit fsyncs the WAL: durable against power loss too.
+    Full,
+}
+
+/// Options of [`SqliteLedger`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Writes that may wait are committed every this many writes; 0 = every write is its own transaction.
+    pub group_commit_ops_max: usize,
+    /// Files only.
+    pub synchronous: Synchronous,
+    /// How long a write waits for another connection's lock before failing.
+    pub busy_timeout_ms: u64,
+    /// Files only: `locking_mode=EXCLUSIVE`, for a ledger one process owns (faster; no other process can read it
+    /// while it is open).
+    pub exclusive: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { group_commit_ops_max: 0, synchronous: Synchronous::Normal, busy_timeout_ms: 5_000, exclusive: false }
+    }
+}
+
+/// The SQLite ledger. `Send + Sync`: the connection sits behind a mutex; every call is short and runs inline.
+#[derive(Debug)]
+pub struct SqliteLedger {
+    state: Mutex<State>,
+    group_commit_ops_max: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    conn: Connection,
+    /// Writes in the open transaction (0 = no transaction open).
+    batch_ops: usize,
+    /// Set when a failure rolled back writes that callers were told had succeeded.
+    failed: Option<String>,
+}
+
+/// Whether a write must be committed before it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    Now,
+    MayWait,
+}
+
+fn storage(e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => Error::Corrupt { detail: e.to_string() },
+        _ => Error::Storage(e.to_string()),
+    }
+}
+
+fn corrupt(detail: impl Into<String>) -> Error {
+    Error::Corrupt { detail: detail.into() }
+}
+
+impl SqliteLedger {
+    /// Opens (or creates) the ledger file at `path` in WAL mode, migrating it to [`SCHEMA_VERSION`].
+    pub fn open(path: &Path, options: Options) -> Result<Self> {
+        let existed = path.exists();
+        let conn = Connection::open(path).map_err(|e| {
+            if existed {
+                corrupt(format!("{}: cannot open: {e}", path.display()))
+            } else {
+                Error::Storage(format!("{}: cannot create: {e}", path.display()))
+            }
+        })?;
+        // The first reads of the file: a file SQLite cannot read as a database, or cannot read at all, is refused as
+        // corrupt (with SQLite's reason); a lock held by another process is not corruption.
+        let read_err = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(
+                ErrorCode::NotADatabase
+                | ErrorCode::DatabaseCorrupt
+                | ErrorCode::CannotOpen
+                | ErrorCode::SystemIoFailure,
+            ) => corrupt(format!("{}: {e}", path.display())),
+            _ => storage(e),
+        };
+        conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
+        if options.exclusive {
+            conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(read_err)?;
+        }
+        // The first statement that reads the file: garbage bytes fail here with SQLITE_NOTADB.
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(read_err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Storage(format!("{}: could not switch to WAL mode (got {mode})", path.display())));
+        }
+        let synchronous = match options.synchronous {
+            Synchronous::Normal => "NORMAL",
+            Synchronous::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", synchronous).map_err(storage)?;
+        // Checkpoint less often than the default 1,000 pages: fewer stalls on the write path; the WAL stays bounded.
+        conn.pragma_update(None, "wal_autocheckpoint", 10_000).map_err(storage)?;
+        Self::finish_open(conn, options).map_err(|e| match e {
+            Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Opens a fresh ledger in memory (for simulations and tests).
+    pub fn open_in_memory(options: Options) -> Result<Self> {
+        let conn = Connection::open_in_memory().map_err(storage)?;
+        conn.pragma_update(None, "journal_mode", "MEMORY").map_err(storage)?;
+        Self::finish_open(conn, options)
+    }
+
+    fn finish_open(mut conn: Connection, options: Options) -> Result<Self> {
+        migrate(&mut conn)?;
+        Ok(Self {
+            state: Mutex::new(State { conn, batch_ops: 0, failed: None }),
+            group_commit_ops_max: options.group_commit_ops_max,
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        // A panic while holding the lock may have left a half-done write in the open transaction; going on would be
+        // unsafe and it is a bug elsewhere anyway.
+        let state = self.state.lock().expect("the SQLite ledger's mutex was poisoned by a panic during a write");
+        if let Some(reason) = &state.failed {
+            return Err(Error::Storage(format!("the ledger failed earlier and must be reopened: {reason}")));
+        }
+        Ok(state)
+    }
+
+    /// Runs a read on the connection (it sees the open batch).
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let state = self.lock()?;
+        f(&state.conn)
+    }
+
+    /// Runs a write inside the open batch (opening one if needed) and commits per the module doc's rules.
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<(T, Commit)>) -> Result<T> {
+        let mut state = self.lock()?;
+        if state.batch_ops == 0 {
+            // IMMEDIATE takes the write lock before the write's reads, so its decision holds across processes.
+            state.conn.execute_batch("BEGIN IMMEDIATE").map_err(storage)?;
+        }
+        match f(&state.conn) {
+            Ok((value, commit)) => {
+                state.batch_ops += 1;
+                if commit == Commit::Now || state.batch_ops >= self.group_commit_ops_max {
+                    commit_batch(&mut state)?;
+                }
+                Ok(value)
+            }
+            // An error of the state machine wrote nothing: the batch goes on.
+            Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => finish_if_empty(&mut state, e),
+            Err(e) => {
+                fail_batch(&mut state, &e);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// After a refused write: closes the transaction when it holds nothing, then returns the refusal.
+fn finish_if_empty<T>(state: &mut State, refusal: Error) -> Result<T> {
+    if state.batch_ops == 0 {
+        state.conn.execute_batch("COMMIT").map_err(storage)?;
+    }
+    Err(refusal)
+}
+
+fn commit_batch(state: &mut State) -> Result<()> {
+    if state.batch_ops == 0 {
+        return Ok(());
+    }
+    match state.conn.execute_batch("COMMIT") {
+        Ok(()) => {
+            state.batch_ops = 0;
+            Ok(())
+        }
+        Err(e) => {
+            let e = storage(e);
+            fail_batch(state, &e);
+            Err(e)
+        }
+    }
+}
+
+/// Rolls the open transaction back after a storage failure; poisons the ledger if that lost earlier writes.
+fn fail_batch(state: &mut State, e: &Error) {
+    let earlier_writes = state.batch_ops > 0;
+    let _ = state.conn.execute_batch("ROLLBACK");
+    state.batch_ops = 0;
+    if earlier_writes {
+        state.failed = Some(e.to_string());
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
+    }
+    if found < 0 {
+        return Err(corrupt(format!("negative schema version {found}")));
+    }
+    if found == 0 {
+        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(storage)?;
+        if tables > 0 {
+            return Err(corrupt("a SQLite database with tables but no ledger schema version: not a ledger"));
+        }
+    }
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = conn.transaction().map_err(storage)?;
+        tx.execute_batch(migration).map_err(storage)?;
+        tx.pragma_update(None, "user_version", from as i64 + 1).map_err(storage)?;
+        tx.commit().map_err(storage)?;
+    }
+    Ok(())
+}
+
+// --- rows ---------------------------------------------------------------------------------------------------------
+
+const STEP_COLUMNS: &str = "run_id, step_id, action, inputs_hash, attempt_count, status, owner, lease_expiry_ms, \
+                            fence, last_attempt_ms, output, error, durable";
+
+fn parse_status(s: &str) -> Result<Status> {
+    Ok(match s {
+        "started" => Status::Started,
+        "succeeded" => Status::Succeeded,
+        "failed" => Status::Failed,
+        "unknown" => Status::Unknown,
+        other => return Err(corrupt(format!("unknown step status {other:?}"))),
+    })
+}
+
+fn parse_run_status(s: &str) -> Result<RunStatus> {
+    Ok(match s {
+        "pending" => RunStatus::Pending,
+        "running" => RunStatus::Running,
+        "succeeded" => RunStatus::Succeeded,
+        "failed" => RunStatus::Failed,
+        "paused" => RunStatus::Paused,
+        other => return Err(corrupt(format!("unknown run status {other:?}"))),
+    })
+}
+
+fn key_of(blob: &[u8]) -> Result<Key> {
+    <[u8; 32]>::try_from(blob).map(Key).map_err(|_| corrupt(format!("a key of {} bytes", blob.len())))
+}
+
+/// Times and counters are `u64` in Rust and `INTEGER` (`i64`) in SQLite; the cast keeps every bit.
+fn to_sql(n: u64) -> i64 {
+    n as i64
+}
+
+fn from_sql(n: i64) -> u64 {
+    n as u64
+}
+
+/// The step record of `key` and whether it was claimed durably.
+fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {STEP_COLUMNS} FROM steps WHERE key = ?1")).map_err(storage)?;
+    let row = stmt
+        .query_row([&key.0[..]], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Vec<u8>>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, String>(6)?,
+                (r.get::<_, i64>(7)?, r.get::<_, i64>(8)?, r.get::<_, i64>(9)?),
+                r.get::<_, Option<Vec<u8>>>(10)?,
+                r.get::<_, Option<String>>(11)?,
+                r.get::<_, bool>(12)?,
+            ))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((run_id, step_id, action, hash, attempts, status, owner, (lease, fence, last), output, error, durable)) =
+        row
+    else {
+        return Ok(None);
+    };
+    let inputs_hash = <[u8; 32]>::try_from(hash.as_slice())
+        .map_err(|_| corrupt(format!("an inputs hash of {} bytes", hash.len())))?;
+    let attempt_count = u32::try_from(attempts).map_err(|_| corrupt(format!("attempt count {attempts}")))?;
+    let record = StepRecord {
+        key: *key,
+        run_id,
+        step_id,
+        action,
+        inputs_hash,
+        attempt_count,
+        status: parse_status(&status)?,
+        owner,
+        lease_expiry_ms: from_sql(lease),
+        fence: from_sql(fence),
+        last_attempt_ms: from_sql(last),
+        output,
+        error,
+    };
+    Ok(Some((record, durable)))
+}
+
+fn store_step(conn: &Connection, record: &StepRecord, durable: bool) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "INSERT OR REPLACE INTO steps (key, {STEP_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+        ))
+        .map_err(storage)?;
+    stmt.execute(params![
+        &record.key.0[..],
+        record.run_id,
+        record.step_id,
+        record.action,
+        &record.inputs_hash[..],
+        record.attempt_count,
+        record.status.as_str(),
+        record.owner,
+        to_sql(record.lease_expiry_ms),
+        to_sql(record.fence),
+        to_sql(record.last_attempt_ms),
+        record.output,
+        record.error,
+        durable,
+    ])
+    .map_err(storage)?;
+    Ok(())
+}
+
+fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(storage)?;
+    let inserted = stmt
+        .execute(params![
+            run.run_id,
+            run.workflow,
+            run.status.as_str(),
+            run.trigger,
+            run.reason,
+            to_sql(run.created_ms),
+            to_sql(run.updated_ms),
+        ])
+        .map_err(storage)?;
+    Ok(inserted == 1)
+}
+
+fn run_ids(conn: &Connection, sql: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
+    let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(storage)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
+}
+
+fn record_plan(
+    conn: &Connection,
+    run_id: Option<&str>,
+    key: &Key,
+    plan: &[u8],
+    now_ms: u64,
+) -> Result<(Vec<u8>, Commit)> {
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO plans (key, run_id, plan, recorded_ms) \
+             VALUES (?1, COALESCE(?2, (SELECT run_id FROM steps WHERE key = ?1)), ?3, ?4)",
+        )
+        .map_err(storage)?;
+    let inserted = insert.execute(params![&key.0[..], run_id, plan, to_sql(now_ms)]).map_err(storage)?;
+    if inserted == 1 {
+        return Ok((plan.to_vec(), Commit::Now));
+    }
+    let in_force = get_plan(conn, key)?.expect("INSERT OR IGNORE ignored the plan, so a plan is recorded");
+    // Nothing was written; committing is still harmless and keeps the rule simple.
+    Ok((in_force, Commit::Now))
+}
+
+fn get_plan(conn: &Connection, key: &Key) -> Result<Option<Vec<u8>>> {
+    let mut stmt = conn.prepare_cached("SELECT plan FROM plans WHERE key = ?1").map_err(storage)?;
+    stmt.query_row([&key.0[..]], |r| r.get(0)).optional().map_err(storage)
+}
+
+impl Ledger for SqliteLedger {
+    fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
+        self.read(|conn| Ok(load_step(conn, key)?.map(|(record, _)| record)))
+    }
+
+    fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
+        self.write(|conn| {
+            let mut stored = load_step(conn, &claim.key)?;
+            // A key claimed durably once stays durable: its completion must not wait either.
+            let durable = claim.durable || stored.as_ref().is_some_and(|(_, d)| *d);
+            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
+            match transition::claim(stored.as_mut().map(|(record, _)| record), claim)? {
+                ClaimEffect::Insert(record, granted) => {
+                    store_step(conn, &record, durable)?;
+                    Ok((granted, commit))
+                }
+                ClaimEffect::Updated(granted) => {
+                    let (record, _) = stored.expect("an update needs a stored record");
+                    store_step(conn, &record, durable)?;
+                    Ok((granted, commit))
+                }
+                ClaimEffect::Conflict(conflict) => Ok((conflict, Commit::MayWait)),
+            }
+        })
+    }
+
+    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
+        self.write(|conn| {
+            let mut stored = load_step(conn, key)?;
+            let durable = stored.as_ref().is_some_and(|(_, d)| *d);
+            let changed =
+                transition::complete(stored.as_mut().map(|(record, _)| record), key, fence, completion, now_ms)?;
+            if changed {
+                let (record, _) = stored.expect("a change needs a stored record");
+                store_step(conn, &record, durable)?;
+            }
+            Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
+        })
+    }
+
+    fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
+        self.write(|conn| {
+            let mut stored = load_step(conn, key)?;
+            transition::renew(stored.as_mut().map(|(record, _)| record), key, fence, lease_expiry_ms)?;
+            let mut stmt =
+                conn.prepare_cached("UPDATE steps SET lease_expiry_ms = ?2 WHERE key = ?1").map_err(storage)?;
+            stmt.execute(params![&key.0[..], to_sql(lease_expiry_ms)]).map_err(storage)?;
+            Ok(((), Commit::MayWait))
+        })
+    }
+
+    fn record_plan(&self, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
+        self.write(|conn| record_plan(conn, None, key, plan, now_ms))
+    }
+
+    fn record_run_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
+        self.write(|conn| record_plan(conn, Some(run_id), key, plan, now_ms))
+    }
+
+    fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        self.read(|conn| get_plan(conn, key))
+    }
+
+    fn create_run(&self, run: &RunRecord) -> Result<bool> {
+        self.write(|conn| Ok((insert_run(conn, run)?, Commit::Now)))
+    }
+
+    fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT workflow, status, trigger, reason, created_ms, updated_ms FROM runs WHERE run_id = ?1",
+                )
+                .map_err(storage)?;
+            let row = stmt
+                .query_row([run_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(5)?,
+                    ))
+                })
+                .optional()
+                .map_err(storage)?;
+            let Some((workflow, status, trigger, reason, created, updated)) = row else {
+                return Ok(None);
+            };
+            Ok(Some(RunRecord {
+                run_id: run_id.to_owned(),
+                workflow,
+                status: parse_run_status(&status)?,
+                trigger,
+                reason,
+                created_ms: from_sql(created),
+                updated_ms: from_sql(updated),
+            }))
+        })
+    }
+
+    fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
+        self.write(|conn| {
+            let mut stmt = conn
+                .prepare_cached("UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1")
+                .map_err(storage)?;
+            let updated = stmt.execute(params![run_id, status.as_str(), reason, to_sql(now_ms)]).map_err(storage)?;
+            if updated == 0 {
+                return Err(Error::NotFound { what: format!("run {run_id}") });
+            }
+            let commit = match status {
+                RunStatus::Pending | RunStatus::Running => Commit::MayWait,
+                RunStatus::Paused | RunStatus::Succeeded | RunStatus::Failed => Commit::Now,
+            };
+            Ok(((), commit))
+        })
+    }
+
+    fn unfinished_runs(&self) -> Result<Vec<String>> {
+        self.read(|conn| {
+            run_ids(conn, "SELECT run_id FROM runs WHERE status IN ('pending', 'running') ORDER BY run_id")
+        })
+    }
+
+    fn paused_runs(&self) -> Result<Vec<String>> {
+        self.read(|conn| run_ids(conn, "SELECT run_id FROM runs WHERE status = 'paused' ORDER BY run_id"))
+    }
+
+    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {
+        self.write(|conn| {
+            let mut by_event =
+                conn.prepare_cached("SELECT run_id FROM inbox WHERE source = ?1 AND event_id = ?2").map_err(storage)?;
+            let seen: Option<String> =
+                by_event.query_row([delivery.source, delivery.event_id], |r| r.get(0)).optional().map_err(storage)?;
+            if let Some(run_id) = seen {
+                return Ok((Intake::Duplicate { run_id }, Commit::MayWait));
+            }
+            if let Some(dedup_key) = delivery.dedup_key {
+                let mut by_dedup = conn
+                    .prepare_cached("SELECT run_id FROM inbox WHERE source = ?1 AND dedup_key = ?2")
+                    .map_err(storage)?;
+                let seen: Option<String> =
+                    by_dedup.query_row([delivery.source, dedup_key], |r| r.get(0)).optional().map_err(storage)?;
+                if let Some(run_id) = seen {
+                    return Ok((Intake::Duplicate { run_id }, Commit::MayWait));
+                }
+            }
+            let mut insert = conn
+                .prepare_cached(
+                    "INSERT INTO inbox (source, event_id, dedup_key, run_id, received_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(storage)?;
+            insert
+                .execute(params![
+                    delivery.source,
+                    delivery.event_id,
+                    delivery.dedup_key,
+                    run.run_id,
+                    to_sql(delivery.received_ms)
+                ])
+                .map_err(storage)?;
+            // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
+            // retried a week later) was started by this event, so this delivery starts nothing.
+            let intake = if insert_run(conn, run)? {
+                Intake::Started { run_id: run.run_id.clone() }
+            } else {
+                Intake::Duplicate { run_id: run.run_id.clone() }
+            };
+            Ok((intake, Commit::Now))
+        })
+    }
+
+    fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
+        self.write(|conn| {
+            let mut stmt = conn
+                .prepare_cached("INSERT INTO rejected (source, event_id, reason, received_ms) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(storage)?;
+            stmt.execute(params![source, event_id, reason, to_sql(now_ms)]).map_err(storage)?;
+            Ok(((), Commit::MayWait))
+        })
+    }
+
+    fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
+        self.write(|conn| {
+            let inbox =
+                conn.execute("DELETE FROM inbox WHERE received_ms < ?1", [to_sql(before_ms)]).map_err(storage)?;
+            let rejected =
+                conn.execute("DELETE FROM rejected WHERE received_ms < ?1", [to_sql(before_ms)]).map_err(storage)?;
+            Ok(((inbox + rejected) as u64, Commit::MayWait))
+        })
+    }
+
+    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+        let json = serde_json::to_string(&resolution.resolution)
+            .map_err(|e| Error::Storage(format!("cannot encode a resolution: {e}")))?;
+        self.write(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(storage)?;
+            stmt.execute(params![
+                resolution.run_id,
+                &resolution.key.0[..],
+                json,
+                resolution.by,
+                to_sql(resolution.at_ms)
+            ])
+            .map_err(storage)?;
+            Ok(((), Commit::Now))
+        })
+    }
+
+    fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT key, resolution, by_whom, at_ms FROM resolutions WHERE run_id = ?1 ORDER BY id")
+                .map_err(storage)?;
+            let rows = stmt
+                .query_map([run_id], |r| {
+                    Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+                })
+                .map_err(storage)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (key, json, by, at) = row.map_err(storage)?;
+                let resolution: Resolution = serde_json::from_str(&json)
+                    .map_err(|e| corrupt(format!("a resolution that does not decode: {e}")))?;
+                out.push(ResolutionRecord {
+                    run_id: run_id.to_owned(),
+                    key: key_of(&key)?,
+                    resolution,
+                    by,
+                    at_ms: from_sql(at),
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn forget_run(&self, run_id: &str) -> Result<()> {
+        self.write(|conn| {
+            // Plans filed under the run, and plans of the run's keys recorded before their step record existed.
+            for sql in [
+                "DELETE FROM plans WHERE run_id = ?1",
+                "DELETE FROM plans WHERE key IN (SELECT key FROM steps WHERE run_id = ?1)",
+                "DELETE FROM steps WHERE run_id = ?1",
+                "DELETE FROM resolutions WHERE run_id = ?1",
+                "DELETE FROM runs WHERE run_id = ?1",
+            ] {
+                conn.prepare_cached(sql).map_err(storage)?.execute([run_id]).map_err(storage)?;
+            }
+            Ok(((), Commit::MayWait))
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut state = self.lock()?;
+        commit_batch(&mut state)
+    }
+}
+
+impl Drop for SqliteLedger {
+    fn drop(&mut self) {
+        // A graceful close makes the open batch durable; a crash is what the module doc's safety argument covers.
+        if let Ok(state) = self.state.get_mut()
+            && state.failed.is_none()
+        {
+            let _ = commit_batch(state);
+        }
+    }
+}
