@@ -233,31 +233,31 @@ fn decisions_as_a_table() {
             "lookup unknown inside the lag bound: wait it out",
             &lookup,
             Policy::Rules,
-            Some(record(Unknown, 1, now - 100, 0, "timeout")),
+            Some(record(Unknown, 1, now - 100, now - 50, "timeout")),
             None,
             None,
             false,
-            WaitUntil(now + 400),
+            WaitUntil(now + 450),
         ),
         (
             "lookup unknown past the lag bound: look",
             &lookup,
             Policy::Rules,
-            Some(record(Unknown, 1, now - 600, 0, "timeout")),
+            Some(record(Unknown, 1, now - 600, now - 550, "timeout")),
             None,
             None,
             false,
             Attempt { lookup_first: true },
         ),
         (
-            "lookup crash: wait out the lag from the attempt",
+            "lookup crash: wait out the lag from the lease expiry",
             &lookup,
             Policy::Rules,
             Some(record(Started, 1, now - 100, now - 1, "")),
             None,
             None,
             false,
-            WaitUntil(now + 400),
+            WaitUntil(now + 499),
         ),
         (
             "lookup failed retryable: look again first",
@@ -400,4 +400,24 @@ fn retry_after_is_respected() {
         person_retry: false,
     };
     assert_eq!(decide::decide(&input), Decision::Backoff { delay_ms: 5_000 });
+}
+
+#[test]
+fn the_lag_is_waited_out_from_the_end_of_the_call_this_drive_made() {
+    let lookup = spec(GuaranteeClass::LookupBeforeCreate { lag_bound_ms: 500 }, true);
+    // The call started at 9_000 and took until 9_800 (a slow commit): visible from 10_300 at the latest.
+    let rec = record(Status::Unknown, 1, 9_000, 39_000, "timeout");
+    let input = Input {
+        spec: &lookup,
+        policy: Policy::Rules,
+        retry: &RETRY,
+        seed: 1,
+        key: &KEY,
+        record: Some(&rec),
+        last: Some(LastCall { ended_ms: 9_800, retry_after_ms: None }),
+        first_attempt_ms: None,
+        now_ms: 10_000,
+        person_retry: false,
+    };
+    assert_eq!(decide::decide(&input), Decision::WaitUntil { until_ms: 10_300 });
 }

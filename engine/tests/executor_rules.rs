@@ -184,7 +184,7 @@ fn cases() -> Vec<Case> {
             )
         },
         Case {
-            lag_ms: 60,
+            lag_ms: 10_000,
             ..c(
                 "lookup: lag over the bound: the residual duplicate",
                 lookup("contact", 20),
@@ -282,9 +282,11 @@ fn cases() -> Vec<Case> {
 
 #[tokio::test]
 async fn each_rule_as_a_table() {
-    for case in cases() {
+    for (ledger_index, mut case) in (0..ledgers().len()).flat_map(|i| cases().into_iter().map(move |c| (i, c))) {
+        let (ledger_name, ledger) = ledgers().swap_remove(ledger_index);
+        let name = format!("{ledger_name}: {}", case.name);
+        case.name = name.leak();
         let connector = Scripted::with_lag("api", vec![case.spec.clone()], case.script, case.lag_ms);
-        let ledger = memory_ledger();
         let recorder = Recorder::new();
         let mut config = config("w1");
         config.policy = case.policy;
@@ -449,10 +451,11 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         (at_most_once("charge"), CrashPoint::BeforeCall, RunStatus::Paused, 0, 0),
         (at_most_once("charge"), CrashPoint::AfterCallBeforeRecord, RunStatus::Paused, 1, 1),
     ];
-    for (spec, point, status, calls, effects) in table {
-        let name = format!("{} crash {point:?}", spec.class.name());
+    for ((spec, point, status, calls, effects), (ledger_name, ledger)) in
+        table.into_iter().flat_map(|row| ledgers().into_iter().map(move |l| (row.clone(), l)))
+    {
+        let name = format!("{ledger_name}: {} crash {point:?}", spec.class.name());
         let connector = Scripted::with_lag("api", vec![spec], &[], 2);
-        let ledger = memory_ledger();
         let crashing = Recorder::halting_at(point, 1);
         let wf = one_step("wf", "api.charge");
         let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
@@ -505,4 +508,38 @@ async fn registration_checks_actions_and_planners() {
     }
     assert!(matches!(engine.create_run("missing", "r", &json!({})), Err(Error::UnknownWorkflow(_))));
     assert!(matches!(engine.drive("nope").await, Err(Error::UnknownRun(_))));
+}
+
+/// The embedding story: the on-disk SQLite ledger, a worker crash, a restarted worker on a reopened file, and a
+/// person resolving the pause from another process's view of the file (what the `flow` CLI does).
+#[cfg(not(madsim))]
+#[tokio::test]
+async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
+    use engine::ledger::sqlite::{Options, SqliteLedger};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let open = || -> Arc<dyn Ledger> { Arc::new(SqliteLedger::open(&path, Options::default()).unwrap()) };
+    let connector = Scripted::new("bank", vec![keyed("charge", 60_000, false), at_most_once("payout")], &[]);
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "bank.charge", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "payout", "action": "bank.payout", "inputs": {"amount": "{{trigger.amount}}"}}
+    ]});
+    {
+        let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 2);
+        let first = engine(config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        first.create_run("wf", "r1", &json!({"amount": 3})).unwrap();
+        assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
+    }
+    let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
+    assert_eq!(connector.calls().len(), 2, "the payout was not resent after the crash");
+    {
+        let cli_view = open();
+        assert_eq!(cli_view.paused_runs().unwrap(), vec!["r1".to_string()]);
+        let done = Resolution::MarkDone { output: json!({"payout": "po_1"}) };
+        let status = engine::executor::record_resolution(cli_view.as_ref(), "r1", &done, "erin", 2_000_000_000_000);
+        assert_eq!(status.unwrap(), RunStatus::Running);
+    }
+    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)]);
+    assert_eq!((connector.calls().len(), connector.effects().len()), (2, 2));
 }

@@ -352,6 +352,15 @@ pub fn memory_ledger() -> Arc<MemoryLedger> {
     Arc::new(MemoryLedger::new())
 }
 
+/// Both ledgers: the in-memory one and SQLite (`:memory:`, with group commit, as the simulator runs it).
+pub fn ledgers() -> Vec<(&'static str, Arc<dyn Ledger>)> {
+    let options = engine::ledger::sqlite::Options { group_commit_ops_max: 64, ..Default::default() };
+    vec![
+        ("memory", memory_ledger()),
+        ("sqlite", Arc::new(engine::ledger::sqlite::SqliteLedger::open_in_memory(options).expect("sqlite :memory:"))),
+    ]
+}
+
 /// A one-step workflow calling `action` with the trigger's `email` and `amount`.
 pub fn one_step(name: &str, action: &str) -> Value {
     json!({ "name": name, "steps": [
