@@ -13,7 +13,7 @@ use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -52,7 +52,7 @@ enum Command {
     },
 }
 
-fn open(path: &PathBuf) -> Result<SqliteLedger, String> {
+fn open(path: &Path) -> Result<SqliteLedger, String> {
     if !path.exists() {
         return Err(format!("no ledger at {}", path.display()));
     }
