@@ -543,3 +543,36 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
     assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)]);
     assert_eq!((connector.calls().len(), connector.effects().len()), (2, 2));
 }
+
+/// The simulator shares one engine between many tasks: the engine is `Send + Sync` and its futures are `Send`.
+#[tokio::test]
+async fn the_engine_is_shareable_and_its_futures_are_send() {
+    fn send<T: Send>(t: T) -> T {
+        t
+    }
+    fn shareable<T: Send + Sync + 'static>(_: &T) {}
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let engine = Arc::new(engine(
+        config("w1"),
+        memory_ledger(),
+        Recorder::new(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "api.charge")],
+    ));
+    shareable(&engine);
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let engine = engine.clone();
+        handles.push(tokio::spawn(send(async move {
+            engine.start_run("wf", &format!("r{i}"), &json!({"email": "a", "amount": i})).await.unwrap()
+        })));
+    }
+    for handle in handles {
+        assert_eq!(handle.await.unwrap(), RunStatus::Succeeded);
+    }
+    assert_eq!(connector.effects().len(), 20);
+    let _ = send(engine.resolve("r0", Resolution::Abort, "x"));
+    let _ = send(engine.replay("r0", &json!({})));
+    let _ = send(engine.resume_unfinished());
+}
