@@ -572,7 +572,7 @@ async fn the_engine_is_shareable_and_its_futures_are_send() {
         assert_eq!(handle.await.unwrap(), RunStatus::Succeeded);
     }
     assert_eq!(connector.effects().len(), 20);
-    let _ = send(engine.resolve("r0", Resolution::Abort, "x"));
-    let _ = send(engine.replay("r0", &json!({})));
-    let _ = send(engine.resume_unfinished());
+    drop(send(engine.resolve("r0", Resolution::Abort, "x")));
+    drop(send(engine.replay("r0", &json!({}))));
+    drop(send(engine.resume_unfinished()));
 }
