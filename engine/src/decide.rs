@@ -15,7 +15,7 @@
 //! | failed (definitely not applied), retryable | back off, attempt | back off, attempt, lookup first | pause |
 //! | failed, permanent | fail | fail | fail |
 //! | failed, key reused with another payload | pause | pause | pause |
-//! | unknown, or started with an expired lease (a crash) | inside retention: back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt, then attempt with lookup first | pause |
+//! | unknown, or started with an expired lease (a crash) | inside retention: back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt's call ended (or its lease expired), then attempt with lookup first | pause |
 //!
 //! Attempts are bounded by [`RetryPolicy::attempt_count_max`]: when it is reached and the last attempt definitely
 //! did not apply the step fails, otherwise the run pauses. Why a `failed` record means *every* attempt under that
@@ -214,10 +214,11 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
             Decision::Pause(evidence(record, &format!("attempts exhausted after an indeterminate outcome ({why})")))
         }
         GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => {
-            // A create becomes searchable within the lag bound of its commit, and the commit happened no later than
-            // the end of the attempt (recorded as the released lease; for a crashed attempt, its lease expiry): look
-            // only once the bound has passed since then.
-            let visible_ms = record.last_attempt_ms.max(record.lease_expiry_ms).saturating_add(lag_bound_ms);
+            // A create becomes searchable within the lag bound of its commit, which happened at the latest when the
+            // call ended: known exactly when this drive made the call, else bounded by the attempt's lease (no call
+            // outlives its lease; `EngineConfig::lease_ms` must exceed the longest call).
+            let ended_ms = input.last.map_or(record.lease_expiry_ms, |last| last.ended_ms);
+            let visible_ms = ended_ms.max(record.last_attempt_ms).saturating_add(lag_bound_ms);
             if visible_ms > input.now_ms {
                 return Decision::WaitUntil { until_ms: visible_ms };
             }

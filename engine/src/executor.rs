@@ -24,10 +24,13 @@
 //! Minting a new run id for a replay would give every step a fresh key and redo every effect; that is refused by
 //! design.
 //!
-//! Resolutions ([`Engine::resolve`]): the run is walked from its first step (succeeded keys replay) to the first key
-//! that is not succeeded, the paused one; the resolution is recorded against that key and applied: `MarkDone`
-//! adopts the given output (claim with the read fence, complete as succeeded), `Retry` allows exactly one more
-//! attempt whatever the class, `Abort` fails the run with "aborted by <by>".
+//! Resolutions ([`Engine::resolve`], or [`record_resolution`] from the `flow` admin CLI): a pause reason ends with
+//! `[key <hex>]`, the key the run stopped at. The resolution is recorded against that key, stamped after its last
+//! attempt, and the run set running (an abort fails it at once, "aborted by <by>"). The next drive walks the run
+//! (succeeded keys replay) to that key, whose decision is to pause again, finds the resolution recorded after the
+//! key's last attempt, and applies it: `MarkDone` adopts the given output (claim with the read fence, complete as
+//! succeeded), `Retry` allows exactly one more attempt whatever the class (claimed after the resolution's stamp, so
+//! a crash during it cannot reuse the same decision). A worker that crashes mid-resolution therefore loses nothing.
 //!
 //! `KeyReusedWithDifferentPayload` pauses the run rather than failing it: the earlier request under that key may
 //! have applied (a volatile field changed between attempts), and a failed run must carry no effect (I3). It is never
@@ -116,7 +119,10 @@ pub enum Error {
     UnknownRun(String),
     UnknownWorkflow(String),
     /// `resolve` on a run that is not paused.
-    NotPaused { run_id: String, status: RunStatus },
+    NotPaused {
+        run_id: String,
+        status: RunStatus,
+    },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
@@ -172,15 +178,6 @@ enum KeyEnd {
     Failed { reason: String },
 }
 
-/// A person's decision on its way to the paused key.
-struct PendingResolution<'a> {
-    resolution: &'a Resolution,
-    by: &'a str,
-    recorded: bool,
-    /// Applied to the paused key; later keys run normally.
-    consumed: bool,
-}
-
 /// What one key needs from its step.
 struct KeyJob<'a> {
     run_id: &'a str,
@@ -211,6 +208,51 @@ impl std::fmt::Debug for Engine {
             .field("workflows", &self.workflows.keys().collect::<Vec<_>>())
             .finish()
     }
+}
+
+/// Records a person's decision about paused run `run_id` (the engine API and the `flow` admin CLI both use this):
+/// the resolution is filed against the key the run paused at (named in the pause reason), stamped strictly after
+/// that key's last attempt. An abort fails the run at once ("aborted by <by>"); mark-done and retry set the run
+/// running, and the next drive of the run (this worker's [`Engine::resolve`], or any worker's
+/// [`Engine::resume_unfinished`]) applies it at the paused key. Returns the run's new status.
+pub fn record_resolution(
+    ledger: &dyn Ledger,
+    run_id: &str,
+    resolution: &Resolution,
+    by: &str,
+    now_ms: u64,
+) -> Result<RunStatus, Error> {
+    let run = ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+    if run.status != RunStatus::Paused {
+        return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
+    }
+    let reason = run.reason.as_deref().unwrap_or("");
+    let key = paused_key(reason)
+        .ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))?;
+    let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
+    let at_ms = now_ms.max(last_attempt_ms + 1);
+    let record =
+        ResolutionRecord { run_id: run_id.to_string(), key, resolution: resolution.clone(), by: by.to_string(), at_ms };
+    ledger.record_resolution(&record)?;
+    if *resolution == Resolution::Abort {
+        ledger.set_run_status(run_id, RunStatus::Failed, Some(&format!("aborted by {by}")), at_ms)?;
+        return Ok(RunStatus::Failed);
+    }
+    ledger.set_run_status(run_id, RunStatus::Running, None, at_ms)?;
+    Ok(RunStatus::Running)
+}
+
+/// The key named at the end of a pause reason, `... [key <64 hex digits>]`.
+pub fn paused_key(reason: &str) -> Option<Key> {
+    let hex = reason.strip_suffix(']')?.rsplit_once("[key ")?.1;
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(Key(key))
 }
 
 /// The key sent to the connector by the naive policy: a fresh one per attempt.
@@ -256,7 +298,12 @@ async fn sleep_ms(ms: u64) {
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig, ledger: Arc<dyn Ledger>, clock: Arc<dyn Clock>, observer: Arc<dyn Observer>) -> Self {
+    pub fn new(
+        config: EngineConfig,
+        ledger: Arc<dyn Ledger>,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         Self {
             config,
             ledger,
@@ -385,7 +432,7 @@ impl Engine {
 
     /// Drives a run until it succeeds, fails or pauses. A finished or paused run is returned as it is.
     pub async fn drive(&self, run_id: &str) -> Result<RunStatus, Error> {
-        self.drive_with(run_id, None, None).await
+        self.drive_with(run_id, None).await
     }
 
     /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
@@ -400,14 +447,27 @@ impl Engine {
         Ok(out)
     }
 
-    /// Applies a person's decision to a paused run and drives it on. See the module documentation.
+    /// Applies a person's decision to a paused run: records it ([`record_resolution`]) and, unless it is an abort,
+    /// drives the run on (the paused key applies it). See the module documentation.
     pub async fn resolve(&self, run_id: &str, resolution: Resolution, by: &str) -> Result<RunStatus, Error> {
-        let run = self.ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
-        if run.status != RunStatus::Paused {
-            return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
+        let status = record_resolution(self.ledger.as_ref(), run_id, &resolution, by, self.clock.now_ms())?;
+        if status == RunStatus::Failed {
+            self.observer.event(&Event::RunFailed { run_id, reason: &format!("aborted by {by}") });
+            return Ok(status);
         }
-        let mut pending = PendingResolution { resolution: &resolution, by, recorded: false, consumed: false };
-        self.drive_with(run_id, None, Some(&mut pending)).await
+        self.drive(run_id).await
+    }
+
+    /// The latest resolution of `key` recorded after its last attempt, if any (one recorded earlier was used by
+    /// that attempt, or by a mark-done that made the key succeed).
+    fn pending_resolution(
+        &self,
+        run_id: &str,
+        key: &Key,
+        record: &ledger::StepRecord,
+    ) -> Result<Option<ResolutionRecord>, Error> {
+        let resolutions = self.ledger.resolutions(run_id)?;
+        Ok(resolutions.into_iter().rfind(|r| r.key == *key && r.at_ms > record.last_attempt_ms))
     }
 
     /// Re-runs a run with an edited trigger under the same run id: unchanged steps replay from the ledger, changed
@@ -418,7 +478,7 @@ impl Engine {
             return Err(Error::UnknownRun(run_id.to_string()));
         }
         canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
-        self.drive_with(run_id, Some(edited_trigger), None).await
+        self.drive_with(run_id, Some(edited_trigger)).await
     }
 
     /// Drops webhook inbox rows older than the configured retention.
@@ -494,14 +554,9 @@ impl Engine {
         Ok(intake)
     }
 
-    async fn drive_with(
-        &self,
-        run_id: &str,
-        edited_trigger: Option<&Value>,
-        mut resolution: Option<&mut PendingResolution<'_>>,
-    ) -> Result<RunStatus, Error> {
+    async fn drive_with(&self, run_id: &str, edited_trigger: Option<&Value>) -> Result<RunStatus, Error> {
         let run = self.ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
-        let walking = edited_trigger.is_some() || resolution.is_some();
+        let walking = edited_trigger.is_some();
         match run.status {
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(run.status),
             _ => {}
@@ -528,17 +583,15 @@ impl Engine {
             let end = match kind {
                 CompiledKind::Action(bound) => {
                     let StepKind::Action { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_action_step(run_id, step, bound, inputs, trigger, &outputs, resolution.as_deref_mut())
-                        .await?
+                    self.run_action_step(run_id, step, bound, inputs, trigger, &outputs).await?
                 }
                 CompiledKind::Writes => {
                     let StepKind::Writes(writes) = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_writes_step(run_id, step, writes, trigger, &outputs, resolution.as_deref_mut()).await?
+                    self.run_writes_step(run_id, step, writes, trigger, &outputs).await?
                 }
                 CompiledKind::Agent(planner) => {
                     let StepKind::Agent { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_agent_step(run_id, step, planner, inputs, trigger, &outputs, resolution.as_deref_mut())
-                        .await?
+                    self.run_agent_step(run_id, step, planner, inputs, trigger, &outputs).await?
                 }
             };
             match end {
@@ -569,7 +622,6 @@ impl Engine {
         template: &Template,
         trigger: &Value,
         outputs: &[Value],
-        resolution: Option<&mut PendingResolution<'_>>,
     ) -> Result<KeyEnd, Error> {
         let inputs = workflow::render(template, trigger, outputs);
         let canonical = if step.volatile.is_empty() {
@@ -584,7 +636,7 @@ impl Engine {
         let key = key::step_key_canonical(run_id, &step.id, &canonical);
         let inputs_hash = *blake3::hash(&canonical).as_bytes();
         let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash };
-        self.run_key(&job, resolution).await
+        self.run_key(&job).await
     }
 
     /// A step whose inputs cannot be canonicalised has no key and cannot be sent: it fails (nothing was applied).
@@ -599,7 +651,6 @@ impl Engine {
         writes: &[(String, Template)],
         trigger: &Value,
         outputs: &[Value],
-        resolution: Option<&mut PendingResolution<'_>>,
     ) -> Result<KeyEnd, Error> {
         let plan: Vec<Value> = writes
             .iter()
@@ -631,7 +682,7 @@ impl Engine {
                 (in_force, reused)
             }
         };
-        self.run_plan(run_id, step, step_key, &recorded.0, recorded.1, resolution).await
+        self.run_plan(run_id, step, step_key, &recorded.0, recorded.1).await
     }
 
     #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
@@ -643,7 +694,6 @@ impl Engine {
         template: &Template,
         trigger: &Value,
         outputs: &[Value],
-        resolution: Option<&mut PendingResolution<'_>>,
     ) -> Result<KeyEnd, Error> {
         let inputs = workflow::render(template, trigger, outputs);
         let step_key = match key::step_key(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
@@ -652,14 +702,17 @@ impl Engine {
         };
         if let Some(recorded) = self.ledger.get_plan(&step_key)? {
             // A recorded plan is final: never ask the planner again.
-            return self.run_plan(run_id, step, step_key, &recorded, true, resolution).await;
+            return self.run_plan(run_id, step, step_key, &recorded, true).await;
         }
         let mut last_error = String::new();
         for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
-            // Planning is reading and thinking: a crash here leaves nothing outside, and the next drive plans again.
-            self.maybe_halt(CrashPoint::WhilePlanning, run_id, &step_key).await;
             let proposed = match planner.plan(run_id, &step.id, &inputs).await {
-                Ok(p) => p,
+                Ok(p) => {
+                    // Planning is reading and thinking: a crash after the model answered but before its plan is
+                    // recorded leaves nothing outside, and the next drive plans again.
+                    self.maybe_halt(CrashPoint::WhilePlanning, run_id, &step_key).await;
+                    p
+                }
                 Err(e) => {
                     last_error = e;
                     sleep_ms(decide::backoff_ms(&self.config.retry, self.config.seed, &step_key, attempt + 1)).await;
@@ -667,7 +720,9 @@ impl Engine {
                 }
             };
             if let Some(unknown) = proposed.iter().find(|a| !self.actions.contains_key(&a.action)) {
-                return Ok(KeyEnd::Failed { reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action) });
+                return Ok(KeyEnd::Failed {
+                    reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action),
+                });
             }
             let plan = serde_json::to_value(&proposed).expect("planned actions serialise");
             let bytes = match canonical::to_vec(&plan) {
@@ -677,9 +732,14 @@ impl Engine {
             // Another worker may have recorded its plan meanwhile: the one in force wins.
             let in_force = self.ledger.record_run_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
             let reused = in_force != bytes;
-            return self.run_plan(run_id, step, step_key, &in_force, reused, resolution).await;
+            return self.run_plan(run_id, step, step_key, &in_force, reused).await;
         }
-        Ok(KeyEnd::Failed { reason: format!("step {}: the planner failed {} times: {last_error}", step.id, self.config.plan_attempt_count_max) })
+        Ok(KeyEnd::Failed {
+            reason: format!(
+                "step {}: the planner failed {} times: {last_error}",
+                step.id, self.config.plan_attempt_count_max
+            ),
+        })
     }
 
     /// Runs the writes of a recorded plan, each under its own write key.
@@ -690,7 +750,6 @@ impl Engine {
         step_key: Key,
         plan: &[u8],
         reused: bool,
-        mut resolution: Option<&mut PendingResolution<'_>>,
     ) -> Result<KeyEnd, Error> {
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
         let writes: Vec<PlannedAction> = serde_json::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?;
@@ -705,7 +764,8 @@ impl Engine {
         self.maybe_halt(CrashPoint::AfterPlanBeforeFirstWrite, run_id, &step_key).await;
         let mut outputs = Vec::with_capacity(writes.len());
         for (index, write) in writes.iter().enumerate() {
-            let bound = self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
+            let bound =
+                self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
             let canonical = canonical::to_vec(&key::without_volatile(&write.inputs, &step.volatile))
                 .map_err(|e| corrupt(&e.to_string()))?;
             let key = key::write_key(&step_key, index as u32, &key::without_volatile(&write.inputs, &step.volatile))
@@ -718,7 +778,7 @@ impl Engine {
                 inputs: &write.inputs,
                 inputs_hash: *blake3::hash(&canonical).as_bytes(),
             };
-            match self.run_key(&job, resolution.as_deref_mut()).await? {
+            match self.run_key(&job).await? {
                 KeyEnd::Done(output) => outputs.push(output),
                 other => return Ok(other),
             }
@@ -734,64 +794,20 @@ impl Engine {
     }
 
     /// One key's life: decide, act, record, until it is done, paused or failed. Bounded by `decision_count_max`.
-    async fn run_key(&self, job: &KeyJob<'_>, mut resolution: Option<&mut PendingResolution<'_>>) -> Result<KeyEnd, Error> {
+    async fn run_key(&self, job: &KeyJob<'_>) -> Result<KeyEnd, Error> {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let spec = &bound.spec;
         let keyed_rules = self.config.policy == Policy::Rules && matches!(spec.class, GuaranteeClass::Keyed { .. });
         let durable = !matches!(spec.class, GuaranteeClass::Keyed { .. });
         let mut last: Option<LastCall> = None;
         let mut person_retry = false;
+        // When a person's retry was recorded: the attempt it allows is claimed strictly after it, so the resolution
+        // is seen as used by every later reader (see `pending_resolution`).
+        let mut person_retry_at_ms = 0;
+        let mut resolution_used = false;
         for _ in 0..self.config.decision_count_max {
             let record = self.ledger.get(&key)?;
             let now_ms = self.clock.now_ms();
-            if let Some(pending) = resolution.as_deref_mut()
-                && !pending.consumed
-                && record.as_ref().is_none_or(|r| r.status != Status::Succeeded)
-            {
-                // The first key that is not succeeded is the one the run paused at.
-                if !pending.recorded {
-                    self.ledger.record_resolution(&ResolutionRecord {
-                        run_id: run_id.to_string(),
-                        key,
-                        resolution: pending.resolution.clone(),
-                        by: pending.by.to_string(),
-                        at_ms: now_ms,
-                    })?;
-                    pending.recorded = true;
-                    self.observer.event(&Event::RunResolved {
-                        run_id,
-                        key: &key,
-                        resolution: resolution_name(pending.resolution),
-                    });
-                    self.ledger.set_run_status(run_id, RunStatus::Running, None, now_ms)?;
-                }
-                match pending.resolution {
-                    Resolution::Abort => {
-                        return Ok(KeyEnd::Failed { reason: format!("aborted by {}", pending.by) });
-                    }
-                    Resolution::Retry => {
-                        person_retry = true;
-                        pending.consumed = true;
-                    }
-                    Resolution::MarkDone { output } => {
-                        let bytes = canonical::to_vec(output).map_err(Error::Trigger)?;
-                        let claim = self.claim(job, record.as_ref().map_or(0, |r| r.fence), true, now_ms);
-                        match self.ledger.claim(&claim)? {
-                            Claimed::Granted { fence, .. } => {
-                                pending.consumed = true;
-                                self.ledger.complete(&key, fence, &Completion::Succeeded { output: bytes }, now_ms)?;
-                                self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
-                                return Ok(KeyEnd::Done(output.clone()));
-                            }
-                            Claimed::Conflict(current) => {
-                                // Someone holds the key: wait for the lease, then adopt.
-                                sleep_ms(current.lease_expiry_ms.saturating_sub(now_ms).max(1)).await;
-                                continue;
-                            }
-                        }
-                    }
-                }
-            }
             let first_attempt_ms = match &record {
                 Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
                     self.first_attempt_ms(&key)?
@@ -825,7 +841,50 @@ impl Engine {
                     self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
                     sleep_ms(delay_ms).await;
                 }
-                Decision::Pause(reason) => return Ok(KeyEnd::Paused { reason, key }),
+                Decision::Pause(reason) => {
+                    let pending = match &record {
+                        Some(r) if !resolution_used => self.pending_resolution(run_id, &key, r)?,
+                        _ => None,
+                    };
+                    let Some(resolution) = pending else {
+                        return Ok(KeyEnd::Paused { reason: format!("{reason} [key {key}]"), key });
+                    };
+                    resolution_used = true;
+                    self.observer.event(&Event::RunResolved {
+                        run_id,
+                        key: &key,
+                        resolution: resolution_name(&resolution.resolution),
+                    });
+                    match resolution.resolution {
+                        Resolution::Abort => {
+                            return Ok(KeyEnd::Failed { reason: format!("aborted by {}", resolution.by) });
+                        }
+                        Resolution::Retry => {
+                            person_retry = true;
+                            person_retry_at_ms = resolution.at_ms;
+                        }
+                        Resolution::MarkDone { output } => {
+                            let bytes = canonical::to_vec(&output).map_err(Error::Trigger)?;
+                            let fence = record.as_ref().map_or(0, |r| r.fence);
+                            match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
+                                Claimed::Granted { fence, .. } => {
+                                    let done = Completion::Succeeded { output: bytes };
+                                    if self.complete_or_lost(&key, fence, &done, now_ms)? {
+                                        self.observer.event(&Event::StepSucceeded {
+                                            run_id,
+                                            step_id,
+                                            key: &key,
+                                            action: &bound.full,
+                                        });
+                                        return Ok(KeyEnd::Done(output));
+                                    }
+                                }
+                                // The record moved: read again; the resolution still applies.
+                                Claimed::Conflict(_) => resolution_used = false,
+                            }
+                        }
+                    }
+                }
                 Decision::Fail(reason) => return Ok(KeyEnd::Failed { reason }),
                 Decision::Attempt { expected_fence, lookup_first } => {
                     if keyed_rules
@@ -840,7 +899,8 @@ impl Engine {
                             now_ms,
                         )?;
                     }
-                    let claim = self.claim(job, expected_fence, durable || person_retry, now_ms);
+                    let claim_ms = if person_retry { now_ms.max(person_retry_at_ms + 1) } else { now_ms };
+                    let claim = self.claim(job, expected_fence, durable || person_retry, claim_ms);
                     let (fence, attempt) = match self.ledger.claim(&claim)? {
                         Claimed::Granted { fence, attempt } => (fence, attempt),
                         // The record changed since it was read (another worker): read again and decide again.
@@ -855,10 +915,10 @@ impl Engine {
                     if lookup_first && spec.has_lookup {
                         earlier_maybe_applied = false;
                         let prior_definite = record.as_ref().is_none_or(|r| r.status == Status::Failed);
-                        match self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
-                            Some(end) => return Ok(end),
-                            None => {} // nothing found: create
+                        if let Some(end) = self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
+                            return Ok(end);
                         }
+                        // Nothing found (create now), or the lookup failed and was recorded (read again).
                         if self.ledger.get(&key)?.is_some_and(|r| r.fence != fence || r.status != Status::Started) {
                             continue; // the lookup recorded its failure, or we lost the key
                         }
@@ -934,7 +994,7 @@ impl Engine {
         }
         Ok(KeyEnd::Paused {
             reason: format!(
-                "step {step_id}: no decision reached within {} tries (a lease held elsewhere, or conflicts)",
+                "step {step_id}: no decision reached within {} tries (a lease held elsewhere, or conflicts) [key {key}]",
                 self.config.decision_count_max
             ),
             key,
@@ -999,7 +1059,8 @@ impl Engine {
                 let completion = if prior_definite {
                     Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
                 } else {
-                    let earlier = prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
+                    let earlier =
+                        prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
                     Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, &completion, now_ms)?;

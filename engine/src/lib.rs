@@ -18,5 +18,5 @@ pub mod event;
 pub mod executor;
 pub mod key;
 pub mod ledger;
-pub mod workflow;
 pub mod webhook;
+pub mod workflow;

@@ -61,9 +61,16 @@ pub enum Error {
     /// No `v1` signature matches the body and timestamp.
     Forged,
     /// The signed timestamp is further from now than the tolerance.
-    Stale { signed_ms: u64, now_ms: u64, tolerance_ms: u64 },
+    Stale {
+        signed_ms: u64,
+        now_ms: u64,
+        tolerance_ms: u64,
+    },
     /// The delivery's timestamp disagrees with the signed one.
-    TimestampMismatch { signed_ms: u64, timestamp_ms: u64 },
+    TimestampMismatch {
+        signed_ms: u64,
+        timestamp_ms: u64,
+    },
     /// The body is not a JSON document the engine can canonicalise.
     InvalidBody(String),
     /// The source names a workflow that is not registered.

@@ -363,7 +363,27 @@ mod tests {
         let StepKind::Action { inputs, .. } = &wf.steps[0].kind else { panic!("action step") };
         assert_eq!(render(inputs, &trigger, &[]), json!({"n": 7, "s": "id-7-z"}));
         let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
-        assert_eq!(render(inputs, &trigger, &[json!({"list": [0, {"k": true}]})]), json!({"from": {"k": true}, "lit": [1, "x"]}));
+        assert_eq!(
+            render(inputs, &trigger, &[json!({"list": [0, {"k": true}]})]),
+            json!({"from": {"k": true}, "lit": [1, "x"]})
+        );
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../workflows/signup.toml");
+        let wf = Workflow::from_toml(text).expect("signup.toml is valid");
+        let kinds: Vec<&str> = wf
+            .steps
+            .iter()
+            .map(|s| match s.kind {
+                StepKind::Action { .. } => "action",
+                StepKind::Writes(_) => "writes",
+                StepKind::Agent { .. } => "agent",
+            })
+            .collect();
+        assert_eq!(kinds, ["action", "action", "writes", "agent"]);
+        assert_eq!(wf.steps[0].volatile, ["requested_at"]);
     }
 
     #[test]
@@ -373,10 +393,26 @@ mod tests {
             (json!({"name": "w", "steps": [{"id": "a"}]}), "a", "action"),
             (json!({"name": "w", "steps": [{"id": "a", "action": "nodot"}]}), "a", "action"),
             (json!({"name": "w", "steps": [{"id": "a", "action": "c.x"}, {"id": "a", "action": "c.x"}]}), "a", "id"),
-            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{steps.b.output}}"}}]}), "a", "inputs"),
-            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{nope.x}}"}}]}), "a", "inputs"),
-            (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{trigger.x"}}]}), "a", "inputs"),
-            (json!({"name": "w", "steps": [{"id": "a", "writes": [{"action": "c.x", "inputs": {"v": "{{x}}"}}]}]}), "a", "writes[0].inputs"),
+            (
+                json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{steps.b.output}}"}}]}),
+                "a",
+                "inputs",
+            ),
+            (
+                json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{nope.x}}"}}]}),
+                "a",
+                "inputs",
+            ),
+            (
+                json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{trigger.x"}}]}),
+                "a",
+                "inputs",
+            ),
+            (
+                json!({"name": "w", "steps": [{"id": "a", "writes": [{"action": "c.x", "inputs": {"v": "{{x}}"}}]}]}),
+                "a",
+                "writes[0].inputs",
+            ),
             (json!({"name": "w", "steps": [{"id": "a", "writes": []}]}), "a", "writes"),
             (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "planner": "p"}]}), "a", "action"),
             (json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "volatile": ["a..b"]}]}), "a", "volatile"),

@@ -2,6 +2,8 @@
 //! calls and lookups made, the effects committed and the key's final ledger record out. Runs under real tokio
 //! (`cargo test -p engine`) and under madsim (`cargo sim-test -p engine`).
 
+#![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
+
 mod common;
 
 use common::*;
@@ -46,48 +48,257 @@ fn cases() -> Vec<Case> {
     use RunStatus::{Failed, Paused, Succeeded};
     vec![
         c("keyed: applies once", k(), &[], Succeeded, 1, 0, 1, Status::Succeeded),
-        c("keyed: commit then timeout resends the same key, one effect", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 1, Status::Succeeded),
+        c(
+            "keyed: commit then timeout resends the same key, one effect",
+            k(),
+            &[ApplyThenTimeout],
+            Succeeded,
+            2,
+            0,
+            1,
+            Status::Succeeded,
+        ),
         c("keyed: timeout before commit resends", k(), &[TimeoutBefore], Succeeded, 2, 0, 1, Status::Succeeded),
-        c("keyed: retryable failures back off and retry", k(), &[FailRetryable, FailRetryable], Succeeded, 3, 0, 1, Status::Succeeded),
+        c(
+            "keyed: retryable failures back off and retry",
+            k(),
+            &[FailRetryable, FailRetryable],
+            Succeeded,
+            3,
+            0,
+            1,
+            Status::Succeeded,
+        ),
         c("keyed: a permanent failure fails the step", k(), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
         c("keyed: attempts exhausted, none applied: failed", k(), &[FailRetryable; 4], Failed, 4, 0, 0, Status::Failed),
-        c("keyed: attempts exhausted after indeterminate: paused", k(), &[TimeoutBefore; 4], Paused, 4, 0, 0, Status::Unknown),
-        c("keyed: key reused with another payload pauses, no new key", k(), &[KeyReused], Paused, 1, 0, 0, Status::Failed),
-        c("keyed: 409 in flight waits and resends the same key", k(), &[InFlight, InFlight], Succeeded, 3, 0, 1, Status::Succeeded),
-        c("keyed: past retention without lookup pauses", keyed("charge", 0, false), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
-        c("keyed: past retention with lookup adopts", keyed("charge", 0, true), &[ApplyThenTimeout], Succeeded, 1, 1, 1, Status::Succeeded),
-        c("keyed: past retention with lookup, nothing found, creates", keyed("charge", 0, true), &[TimeoutBefore], Succeeded, 2, 1, 1, Status::Succeeded),
-        Case { lag_ms: 10, ..c("lookup: looks first even on the first attempt", lookup("contact", 20), &[], Succeeded, 1, 1, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: commit then timeout, lag under the bound: adopts, no duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 1, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: timeout before commit: looks, creates", lookup("contact", 20), &[TimeoutBefore], Succeeded, 2, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 10, ..c("lookup: retryable failure retries with a lookup", lookup("contact", 20), &[FailRetryable], Succeeded, 2, 2, 1, Status::Succeeded) },
-        Case { lag_ms: 60, ..c("lookup: lag over the bound: the residual duplicate", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 2, 2, Status::Succeeded) },
+        c(
+            "keyed: attempts exhausted after indeterminate: paused",
+            k(),
+            &[TimeoutBefore; 4],
+            Paused,
+            4,
+            0,
+            0,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: key reused with another payload pauses, no new key",
+            k(),
+            &[KeyReused],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        c(
+            "keyed: 409 in flight waits and resends the same key",
+            k(),
+            &[InFlight, InFlight],
+            Succeeded,
+            3,
+            0,
+            1,
+            Status::Succeeded,
+        ),
+        c(
+            "keyed: past retention without lookup pauses",
+            keyed("charge", 0, false),
+            &[ApplyThenTimeout],
+            Paused,
+            1,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: past retention with lookup adopts",
+            keyed("charge", 0, true),
+            &[ApplyThenTimeout],
+            Succeeded,
+            1,
+            1,
+            1,
+            Status::Succeeded,
+        ),
+        c(
+            "keyed: past retention with lookup, nothing found, creates",
+            keyed("charge", 0, true),
+            &[TimeoutBefore],
+            Succeeded,
+            2,
+            1,
+            1,
+            Status::Succeeded,
+        ),
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: looks first even on the first attempt",
+                lookup("contact", 20),
+                &[],
+                Succeeded,
+                1,
+                1,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: commit then timeout, lag under the bound: adopts, no duplicate",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                1,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: timeout before commit: looks, creates",
+                lookup("contact", 20),
+                &[TimeoutBefore],
+                Succeeded,
+                2,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10,
+            ..c(
+                "lookup: retryable failure retries with a lookup",
+                lookup("contact", 20),
+                &[FailRetryable],
+                Succeeded,
+                2,
+                2,
+                1,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            lag_ms: 10_000,
+            ..c(
+                "lookup: lag over the bound: the residual duplicate",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                2,
+                2,
+                Status::Succeeded,
+            )
+        },
         c("at-most-once: applies", at_most_once("payout"), &[], Succeeded, 1, 0, 1, Status::Succeeded),
-        c("at-most-once: commit then timeout pauses, zero resends", at_most_once("payout"), &[ApplyThenTimeout], Paused, 1, 0, 1, Status::Unknown),
-        c("at-most-once: timeout before commit pauses too", at_most_once("payout"), &[TimeoutBefore], Paused, 1, 0, 0, Status::Unknown),
-        c("at-most-once: a retryable failure is not retried: paused", at_most_once("payout"), &[FailRetryable], Paused, 1, 0, 0, Status::Failed),
-        c("at-most-once: a permanent failure fails", at_most_once("payout"), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
-        Case { policy: Policy::Naive, ..c("naive: keyed commit then timeout duplicates (fresh key)", k(), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
-        Case { policy: Policy::Naive, ..c("naive: at-most-once timeout is resent", at_most_once("payout"), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
-        Case { policy: Policy::Naive, lag_ms: 10, ..c("naive: lookup action never looks", lookup("contact", 20), &[ApplyThenTimeout], Succeeded, 2, 0, 2, Status::Succeeded) },
+        c(
+            "at-most-once: commit then timeout pauses, zero resends",
+            at_most_once("payout"),
+            &[ApplyThenTimeout],
+            Paused,
+            1,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "at-most-once: timeout before commit pauses too",
+            at_most_once("payout"),
+            &[TimeoutBefore],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Unknown,
+        ),
+        c(
+            "at-most-once: a retryable failure is not retried: paused",
+            at_most_once("payout"),
+            &[FailRetryable],
+            Paused,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        c(
+            "at-most-once: a permanent failure fails",
+            at_most_once("payout"),
+            &[FailPermanent],
+            Failed,
+            1,
+            0,
+            0,
+            Status::Failed,
+        ),
+        Case {
+            policy: Policy::Naive,
+            ..c(
+                "naive: keyed commit then timeout duplicates (fresh key)",
+                k(),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            policy: Policy::Naive,
+            ..c(
+                "naive: at-most-once timeout is resent",
+                at_most_once("payout"),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
+        Case {
+            policy: Policy::Naive,
+            lag_ms: 10,
+            ..c(
+                "naive: lookup action never looks",
+                lookup("contact", 20),
+                &[ApplyThenTimeout],
+                Succeeded,
+                2,
+                0,
+                2,
+                Status::Succeeded,
+            )
+        },
     ]
 }
 
 #[tokio::test]
 async fn each_rule_as_a_table() {
-    for case in cases() {
+    for (ledger_index, mut case) in (0..ledgers().len()).flat_map(|i| cases().into_iter().map(move |c| (i, c))) {
+        let (ledger_name, ledger) = ledgers().swap_remove(ledger_index);
+        let name = format!("{ledger_name}: {}", case.name);
+        case.name = name.leak();
         let connector = Scripted::with_lag("api", vec![case.spec.clone()], case.script, case.lag_ms);
-        let ledger = memory_ledger();
         let recorder = Recorder::new();
         let mut config = config("w1");
         config.policy = case.policy;
         let action = format!("api.{}", case.spec.name);
-        let engine = engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
+        let engine =
+            engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
         let trigger = json!({"email": "a@example.com", "amount": 5});
         let status = engine.start_run("wf", "r1", &trigger).await.expect(case.name);
         let key = key::step_key("r1", "only", &json!({"email": "a@example.com", "amount": 5})).unwrap();
         let record = ledger.get(&key).unwrap().expect(case.name);
-        let got = (status, connector.calls().len(), connector.lookups().len(), connector.effects().len(), record.status);
+        let got =
+            (status, connector.calls().len(), connector.lookups().len(), connector.effects().len(), record.status);
         let want = (case.status, case.calls, case.lookups, case.effects, case.record);
         assert_eq!(got, want, "{}: events {:?}", case.name, recorder.lines());
         let run = ledger.get_run("r1").unwrap().unwrap();
@@ -156,8 +367,14 @@ async fn paused_payout() -> (Arc<Scripted>, Arc<engine::ledger::memory::MemoryLe
     let connector = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
     let ledger = memory_ledger();
     let recorder = Recorder::new();
-    let engine =
-        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", "bank.payout")]);
+    let engine = engine(
+        config("w1"),
+        ledger.clone(),
+        recorder.clone(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "bank.payout")],
+    );
     let status = engine.start_run("wf", "r1", &json!({"email": "a@example.com", "amount": 5})).await.unwrap();
     assert_eq!(status, RunStatus::Paused);
     let run = ledger.get_run("r1").unwrap().unwrap();
@@ -234,10 +451,11 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         (at_most_once("charge"), CrashPoint::BeforeCall, RunStatus::Paused, 0, 0),
         (at_most_once("charge"), CrashPoint::AfterCallBeforeRecord, RunStatus::Paused, 1, 1),
     ];
-    for (spec, point, status, calls, effects) in table {
-        let name = format!("{} crash {point:?}", spec.class.name());
+    for ((spec, point, status, calls, effects), (ledger_name, ledger)) in
+        table.into_iter().flat_map(|row| ledgers().into_iter().map(move |l| (row.clone(), l)))
+    {
+        let name = format!("{ledger_name}: {} crash {point:?}", spec.class.name());
         let connector = Scripted::with_lag("api", vec![spec], &[], 2);
-        let ledger = memory_ledger();
         let crashing = Recorder::halting_at(point, 1);
         let wf = one_step("wf", "api.charge");
         let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
@@ -276,7 +494,11 @@ async fn registration_checks_actions_and_planners() {
     let mut engine = engine(config("w"), memory_ledger(), Recorder::new(), &[connector], &[], &[]);
     let table = [
         (json!({"name": "w", "steps": [{"id": "s", "action": "api.nope"}]}), "s", "action"),
-        (json!({"name": "w", "steps": [{"id": "s", "writes": [{"action": "api.a"}, {"action": "x.y"}]}]}), "s", "writes[1].action"),
+        (
+            json!({"name": "w", "steps": [{"id": "s", "writes": [{"action": "api.a"}, {"action": "x.y"}]}]}),
+            "s",
+            "writes[1].action",
+        ),
         (json!({"name": "w", "steps": [{"id": "s", "planner": "model"}]}), "s", "planner"),
     ];
     for (def, step, field) in table {
@@ -286,4 +508,71 @@ async fn registration_checks_actions_and_planners() {
     }
     assert!(matches!(engine.create_run("missing", "r", &json!({})), Err(Error::UnknownWorkflow(_))));
     assert!(matches!(engine.drive("nope").await, Err(Error::UnknownRun(_))));
+}
+
+/// The embedding story: the on-disk SQLite ledger, a worker crash, a restarted worker on a reopened file, and a
+/// person resolving the pause from another process's view of the file (what the `flow` CLI does).
+#[cfg(not(madsim))]
+#[tokio::test]
+async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
+    use engine::ledger::sqlite::{Options, SqliteLedger};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let open = || -> Arc<dyn Ledger> { Arc::new(SqliteLedger::open(&path, Options::default()).unwrap()) };
+    let connector = Scripted::new("bank", vec![keyed("charge", 60_000, false), at_most_once("payout")], &[]);
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "bank.charge", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "payout", "action": "bank.payout", "inputs": {"amount": "{{trigger.amount}}"}}
+    ]});
+    {
+        let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 2);
+        let first = engine(config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        first.create_run("wf", "r1", &json!({"amount": 3})).unwrap();
+        assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
+    }
+    let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
+    assert_eq!(connector.calls().len(), 2, "the payout was not resent after the crash");
+    {
+        let cli_view = open();
+        assert_eq!(cli_view.paused_runs().unwrap(), vec!["r1".to_string()]);
+        let done = Resolution::MarkDone { output: json!({"payout": "po_1"}) };
+        let status = engine::executor::record_resolution(cli_view.as_ref(), "r1", &done, "erin", 2_000_000_000_000);
+        assert_eq!(status.unwrap(), RunStatus::Running);
+    }
+    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)]);
+    assert_eq!((connector.calls().len(), connector.effects().len()), (2, 2));
+}
+
+/// The simulator shares one engine between many tasks: the engine is `Send + Sync` and its futures are `Send`.
+#[tokio::test]
+async fn the_engine_is_shareable_and_its_futures_are_send() {
+    fn send<T: Send>(t: T) -> T {
+        t
+    }
+    fn shareable<T: Send + Sync + 'static>(_: &T) {}
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let engine = Arc::new(engine(
+        config("w1"),
+        memory_ledger(),
+        Recorder::new(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "api.charge")],
+    ));
+    shareable(&engine);
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let engine = engine.clone();
+        handles.push(tokio::spawn(send(async move {
+            engine.start_run("wf", &format!("r{i}"), &json!({"email": "a", "amount": i})).await.unwrap()
+        })));
+    }
+    for handle in handles {
+        assert_eq!(handle.await.unwrap(), RunStatus::Succeeded);
+    }
+    assert_eq!(connector.effects().len(), 20);
+    drop(send(engine.resolve("r0", Resolution::Abort, "x")));
+    drop(send(engine.replay("r0", &json!({}))));
+    drop(send(engine.resume_unfinished()));
 }

@@ -10,12 +10,12 @@ use engine::connector::{
     ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request,
 };
 use engine::event::{CrashPoint, Event, Observer};
-use engine::executor::{Engine, EngineConfig, Planner, PlannedAction, RetryPolicy};
+use engine::executor::{Engine, EngineConfig, PlannedAction, Planner, RetryPolicy};
 use engine::key::Key;
-use engine::ledger::memory::MemoryLedger;
 use engine::ledger::Ledger;
+use engine::ledger::memory::MemoryLedger;
 use engine::workflow::Workflow;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -350,6 +350,15 @@ pub fn engine(
 
 pub fn memory_ledger() -> Arc<MemoryLedger> {
     Arc::new(MemoryLedger::new())
+}
+
+/// Both ledgers: the in-memory one and SQLite (`:memory:`, with group commit, as the simulator runs it).
+pub fn ledgers() -> Vec<(&'static str, Arc<dyn Ledger>)> {
+    let options = engine::ledger::sqlite::Options { group_commit_ops_max: 64, ..Default::default() };
+    vec![
+        ("memory", memory_ledger()),
+        ("sqlite", Arc::new(engine::ledger::sqlite::SqliteLedger::open_in_memory(options).expect("sqlite :memory:"))),
+    ]
 }
 
 /// A one-step workflow calling `action` with the trigger's `email` and `amount`.

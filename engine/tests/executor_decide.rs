@@ -1,0 +1,423 @@
+//! The pure decision core as a table: (class, policy, record as read, last call, now) in, decision out.
+
+use engine::connector::{ActionSpec, GuaranteeClass};
+use engine::decide::{self, Decision, Input, KEY_REUSED_MARK, LastCall, PERMANENT_MARK, Policy, RetryPolicy};
+use engine::key::Key;
+use engine::ledger::{Status, StepRecord};
+
+const KEY: Key = Key([7; 32]);
+const RETRY: RetryPolicy = RetryPolicy { attempt_count_max: 3, backoff_ms_base: 100, backoff_ms_max: 1_000 };
+
+fn spec(class: GuaranteeClass, has_lookup: bool) -> ActionSpec {
+    ActionSpec { name: "act".to_string(), class, has_lookup }
+}
+
+fn record(status: Status, attempt_count: u32, last_attempt_ms: u64, lease_expiry_ms: u64, error: &str) -> StepRecord {
+    StepRecord {
+        key: KEY,
+        run_id: "r".to_string(),
+        step_id: "s".to_string(),
+        action: "c.act".to_string(),
+        inputs_hash: [0; 32],
+        attempt_count,
+        status,
+        owner: "w".to_string(),
+        lease_expiry_ms,
+        fence: attempt_count as u64,
+        last_attempt_ms,
+        output: (status == Status::Succeeded).then(|| b"{}".to_vec()),
+        error: (!error.is_empty()).then(|| error.to_string()),
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Kind {
+    Replay,
+    Attempt { lookup_first: bool },
+    WaitUntil(u64),
+    Backoff,
+    Pause,
+    Fail,
+}
+
+fn kind(d: &Decision) -> Kind {
+    match d {
+        Decision::Replay => Kind::Replay,
+        Decision::Attempt { lookup_first, .. } => Kind::Attempt { lookup_first: *lookup_first },
+        Decision::WaitUntil { until_ms } => Kind::WaitUntil(*until_ms),
+        Decision::Backoff { .. } => Kind::Backoff,
+        Decision::Pause(_) => Kind::Pause,
+        Decision::Fail(_) => Kind::Fail,
+    }
+}
+
+#[test]
+fn decisions_as_a_table() {
+    let keyed = spec(GuaranteeClass::Keyed { retention_ms: 1_000 }, false);
+    let keyed_lookup = spec(GuaranteeClass::Keyed { retention_ms: 1_000 }, true);
+    let lookup = spec(GuaranteeClass::LookupBeforeCreate { lag_bound_ms: 500 }, true);
+    let amo = spec(GuaranteeClass::AtMostOnce, false);
+    let permanent = format!("{PERMANENT_MARK}400");
+    let reused = format!("{KEY_REUSED_MARK}idempotency_error");
+    let now = 10_000;
+    let last = Some(LastCall { ended_ms: now, retry_after_ms: None });
+    use Kind::*;
+    use Status::*;
+    // (name, spec, policy, record, last, first attempt ms, person retry, want)
+    #[allow(clippy::type_complexity, reason = "a test table")]
+    let table: Vec<(&str, &ActionSpec, Policy, Option<StepRecord>, Option<LastCall>, Option<u64>, bool, Kind)> = vec![
+        ("keyed, new: call", &keyed, Policy::Rules, None, None, None, false, Attempt { lookup_first: false }),
+        ("lookup, new: look first", &lookup, Policy::Rules, None, None, None, false, Attempt { lookup_first: true }),
+        (
+            "naive lookup, new: no look",
+            &lookup,
+            Policy::Naive,
+            None,
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
+        ),
+        ("succeeded: replay", &amo, Policy::Rules, Some(record(Succeeded, 1, 0, 0, "")), None, None, false, Replay),
+        (
+            "leased elsewhere: wait for the lease",
+            &keyed,
+            Policy::Rules,
+            Some(record(Started, 1, now, now + 50, "")),
+            None,
+            None,
+            false,
+            WaitUntil(now + 50),
+        ),
+        (
+            "leased, even for a person's retry",
+            &amo,
+            Policy::Rules,
+            Some(record(Started, 1, now, now + 50, "")),
+            None,
+            None,
+            true,
+            WaitUntil(now + 50),
+        ),
+        (
+            "keyed unknown in retention, just called: back off",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 10, 0, "timeout")),
+            last,
+            None,
+            false,
+            Backoff,
+        ),
+        (
+            "keyed unknown in retention, resumed long after: resend",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 900, 0, "timeout")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "keyed unknown past retention, no lookup: pause",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 1_000, 0, "timeout")),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "keyed unknown past retention, lookup: look",
+            &keyed_lookup,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 1_000, 0, "timeout")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: true },
+        ),
+        (
+            "keyed, retention from the first attempt",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, 0, "timeout")),
+            None,
+            Some(now - 1_500),
+            false,
+            Pause,
+        ),
+        (
+            "keyed, first attempt unknown after retries: assume past",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, 0, "timeout")),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "keyed crash (lease expired) in retention: resend",
+            &keyed,
+            Policy::Rules,
+            Some(record(Started, 1, now - 900, now - 1, "")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "keyed unknown, attempts exhausted: pause",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 3, now - 900, 0, "timeout")),
+            None,
+            Some(now - 950),
+            false,
+            Pause,
+        ),
+        (
+            "keyed failed retryable, resumed: retry",
+            &keyed,
+            Policy::Rules,
+            Some(record(Failed, 1, now - 900, 0, "503")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "keyed failed, attempts exhausted: fail",
+            &keyed,
+            Policy::Rules,
+            Some(record(Failed, 3, now - 900, 0, "503")),
+            None,
+            None,
+            false,
+            Fail,
+        ),
+        (
+            "permanent failure: fail",
+            &keyed,
+            Policy::Rules,
+            Some(record(Failed, 1, now, 0, &permanent)),
+            None,
+            None,
+            false,
+            Fail,
+        ),
+        (
+            "key reused: pause, never a new key",
+            &keyed,
+            Policy::Rules,
+            Some(record(Failed, 1, now, 0, &reused)),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "naive key reused: fail",
+            &keyed,
+            Policy::Naive,
+            Some(record(Failed, 1, now, 0, &reused)),
+            None,
+            None,
+            false,
+            Fail,
+        ),
+        (
+            "lookup unknown inside the lag bound: wait it out",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 100, now - 50, "timeout")),
+            None,
+            None,
+            false,
+            WaitUntil(now + 450),
+        ),
+        (
+            "lookup unknown past the lag bound: look",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 600, now - 550, "timeout")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: true },
+        ),
+        (
+            "lookup crash: wait out the lag from the lease expiry",
+            &lookup,
+            Policy::Rules,
+            Some(record(Started, 1, now - 100, now - 1, "")),
+            None,
+            None,
+            false,
+            WaitUntil(now + 499),
+        ),
+        (
+            "lookup failed retryable: look again first",
+            &lookup,
+            Policy::Rules,
+            Some(record(Failed, 1, now - 900, 0, "503")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: true },
+        ),
+        (
+            "at-most-once unknown: pause",
+            &amo,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 900, 0, "timeout")),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "at-most-once crash: pause",
+            &amo,
+            Policy::Rules,
+            Some(record(Started, 1, now - 900, now - 1, "")),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "at-most-once retryable failure: pause",
+            &amo,
+            Policy::Rules,
+            Some(record(Failed, 1, now - 900, 0, "503")),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "at-most-once, a person's retry: one attempt",
+            &amo,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 900, 0, "timeout")),
+            None,
+            None,
+            true,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "a person's retry past the attempt bound",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 3, now, 0, "timeout")),
+            None,
+            None,
+            true,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "naive at-most-once unknown: retry",
+            &amo,
+            Policy::Naive,
+            Some(record(Unknown, 1, now - 900, 0, "timeout")),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "naive exhausted after unknown: fail",
+            &amo,
+            Policy::Naive,
+            Some(record(Unknown, 3, now - 900, 0, "timeout")),
+            None,
+            None,
+            false,
+            Fail,
+        ),
+    ];
+    for (name, spec, policy, record, last, first_attempt_ms, person_retry, want) in table {
+        let input = Input {
+            spec,
+            policy,
+            retry: &RETRY,
+            seed: 1,
+            key: &KEY,
+            record: record.as_ref(),
+            last,
+            first_attempt_ms,
+            now_ms: now,
+            person_retry,
+        };
+        let decision = decide::decide(&input);
+        assert_eq!(kind(&decision), want, "{name}: {decision:?}");
+        if let (Decision::Attempt { expected_fence, .. }, Some(r)) = (&decision, &record) {
+            assert_eq!(*expected_fence, r.fence, "{name}: claims carry the fence read");
+        }
+        if let Decision::Pause(reason) = &decision {
+            // The evidence: attempt, time, error.
+            assert!(reason.contains("attempt") && reason.contains(" ms"), "{name}: {reason}");
+        }
+    }
+}
+
+#[test]
+fn backoff_is_bounded_exponential_with_deterministic_jitter() {
+    let retry = RetryPolicy { attempt_count_max: 10, backoff_ms_base: 100, backoff_ms_max: 1_000 };
+    for attempt in 2..12 {
+        let ceiling = (100u64 << (attempt - 2)).min(1_000);
+        let delay = decide::backoff_ms(&retry, 42, &KEY, attempt);
+        assert!(
+            delay >= ceiling / 2 && delay <= ceiling,
+            "attempt {attempt}: {delay} outside [{}, {ceiling}]",
+            ceiling / 2
+        );
+        assert_eq!(delay, decide::backoff_ms(&retry, 42, &KEY, attempt), "a pure function of (seed, key, attempt)");
+    }
+    let draws: std::collections::BTreeSet<u64> =
+        (0..20).map(|seed| decide::backoff_ms(&retry, seed, &KEY, 5)).collect();
+    assert!(draws.len() > 5, "the seed moves the jitter: {draws:?}");
+}
+
+#[test]
+fn retry_after_is_respected() {
+    let keyed = spec(GuaranteeClass::Keyed { retention_ms: 60_000 }, false);
+    let rec = record(Status::Failed, 1, 9_990, 0, "429");
+    let input = Input {
+        spec: &keyed,
+        policy: Policy::Rules,
+        retry: &RETRY,
+        seed: 1,
+        key: &KEY,
+        record: Some(&rec),
+        last: Some(LastCall { ended_ms: 10_000, retry_after_ms: Some(5_000) }),
+        first_attempt_ms: None,
+        now_ms: 10_000,
+        person_retry: false,
+    };
+    assert_eq!(decide::decide(&input), Decision::Backoff { delay_ms: 5_000 });
+}
+
+#[test]
+fn the_lag_is_waited_out_from_the_end_of_the_call_this_drive_made() {
+    let lookup = spec(GuaranteeClass::LookupBeforeCreate { lag_bound_ms: 500 }, true);
+    // The call started at 9_000 and took until 9_800 (a slow commit): visible from 10_300 at the latest.
+    let rec = record(Status::Unknown, 1, 9_000, 39_000, "timeout");
+    let input = Input {
+        spec: &lookup,
+        policy: Policy::Rules,
+        retry: &RETRY,
+        seed: 1,
+        key: &KEY,
+        record: Some(&rec),
+        last: Some(LastCall { ended_ms: 9_800, retry_after_ms: None }),
+        first_attempt_ms: None,
+        now_ms: 10_000,
+        person_retry: false,
+    };
+    assert_eq!(decide::decide(&input), Decision::WaitUntil { until_ms: 10_300 });
+}

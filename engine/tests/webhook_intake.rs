@@ -1,0 +1,171 @@
+//! Webhook intake as a table: deliveries in (new, duplicate, forged, unsigned, stale, tampered, second event for
+//! one object), intake results, recorded rejections and started runs out.
+
+#![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
+
+mod common;
+
+use common::*;
+use engine::clock::{Clock, RuntimeClock};
+use engine::event::CrashPoint;
+use engine::ledger::{Intake, Ledger, RunStatus};
+use engine::webhook::{self, Error, Incoming, Source};
+
+const SECRET: &[u8] = b"whsec_test";
+
+fn source(dedup_by_object: bool) -> Source {
+    Source {
+        name: "stripe".to_string(),
+        secret: Some(SECRET.to_vec()),
+        tolerance_ms: webhook::TOLERANCE_MS_DEFAULT,
+        dedup_by_object,
+        workflow: "wf".to_string(),
+    }
+}
+
+fn delivery(event_id: &str, body: &str, at_ms: u64, object: Option<&str>) -> Incoming {
+    Incoming {
+        event_id: event_id.to_string(),
+        body: body.as_bytes().to_vec(),
+        signature: Some(webhook::sign(SECRET, at_ms, body.as_bytes())),
+        timestamp_ms: at_ms,
+        object_id: object.map(str::to_string),
+        event_type: object.map(|_| "customer.updated".to_string()),
+    }
+}
+
+#[derive(Debug)]
+enum Want {
+    Started,
+    Duplicate,
+    Refused(fn(&Error) -> bool),
+}
+
+#[tokio::test]
+async fn deliveries_as_a_table() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let recorder = Recorder::new();
+    let engine = engine(
+        config("w1"),
+        ledger.clone(),
+        recorder.clone(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "api.charge")],
+    );
+    let now_ms = RuntimeClock::new(1_000_000).now_ms();
+    let body = r#"{"email":"a@example.com","amount":5}"#;
+    let forged = Incoming {
+        signature: Some(webhook::sign(b"not the secret", now_ms, body.as_bytes())),
+        ..delivery("evt_f", body, now_ms, None)
+    };
+    let tampered = Incoming {
+        body: br#"{"email":"a@example.com","amount":5000}"#.to_vec(),
+        ..delivery("evt_t", body, now_ms, None)
+    };
+    let unsigned = Incoming { signature: None, ..delivery("evt_u", body, now_ms, None) };
+    let stale = delivery("evt_s", body, now_ms - webhook::TOLERANCE_MS_DEFAULT - 2_000, None);
+    let retimed = Incoming { timestamp_ms: now_ms + 10_000, ..delivery("evt_r", body, now_ms, None) };
+    let garbled = Incoming { signature: Some("t=abc,v1=00".to_string()), ..delivery("evt_g", body, now_ms, None) };
+    let not_json = delivery("evt_j", "{not json", now_ms, None);
+    let table: Vec<(&str, Source, Incoming, Want)> = vec![
+        ("new event starts a run", source(false), delivery("evt_1", body, now_ms, None), Want::Started),
+        ("the same event again starts nothing", source(false), delivery("evt_1", body, now_ms, None), Want::Duplicate),
+        (
+            "the same event re-signed later starts nothing",
+            source(false),
+            delivery("evt_1", body, now_ms + 1_000, None),
+            Want::Duplicate,
+        ),
+        ("a forged signature is refused", source(false), forged, Want::Refused(|e| *e == Error::Forged)),
+        ("a tampered body is refused", source(false), tampered, Want::Refused(|e| *e == Error::Forged)),
+        ("unsigned with a secret set is refused", source(false), unsigned, Want::Refused(|e| *e == Error::Unsigned)),
+        ("a stale signature is refused", source(false), stale, Want::Refused(|e| matches!(e, Error::Stale { .. }))),
+        (
+            "a timestamp that disagrees with the signed one",
+            source(false),
+            retimed,
+            Want::Refused(|e| matches!(e, Error::TimestampMismatch { .. })),
+        ),
+        ("a garbled header", source(false), garbled, Want::Refused(|e| matches!(e, Error::MalformedSignature(_)))),
+        ("a body that is not JSON", source(false), not_json, Want::Refused(|e| matches!(e, Error::InvalidBody(_)))),
+        ("first event for an object", source(true), delivery("evt_o1", body, now_ms, Some("cus_1")), Want::Started),
+        (
+            "a second event for the same object and type",
+            source(true),
+            delivery("evt_o2", body, now_ms, Some("cus_1")),
+            Want::Duplicate,
+        ),
+        ("another object", source(true), delivery("evt_o3", body, now_ms, Some("cus_2")), Want::Started),
+    ];
+    let mut started = Vec::new();
+    for (name, source, incoming, want) in table {
+        let run_id = webhook::run_id(&source.name, &incoming.event_id);
+        match (engine.intake_webhook(&source, &incoming), want) {
+            (Ok(Intake::Started { run_id: got }), Want::Started) => {
+                assert_eq!(got, run_id, "{name}");
+                started.push(got);
+            }
+            (Ok(Intake::Duplicate { .. }), Want::Duplicate) => {}
+            (Err(e), Want::Refused(check)) => {
+                assert!(check(&e), "{name}: {e}");
+                assert!(e.is_rejection(), "{name}");
+                assert!(ledger.get_run(&run_id).unwrap().is_none(), "{name}: a refused delivery created a run");
+                assert!(recorder.lines().contains(&format!("webhook-rejected {}", incoming.event_id)), "{name}");
+            }
+            (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+        }
+    }
+    assert_eq!(started.len(), 3);
+    assert_eq!(recorder.count("webhook-duplicate "), 3);
+    // Each started run runs once; duplicates started nothing.
+    for run_id in &started {
+        assert_eq!(engine.drive(run_id).await.unwrap(), RunStatus::Succeeded);
+    }
+    assert_eq!(connector.effects().len(), 3);
+    assert_eq!(ledger.unfinished_runs().unwrap(), Vec::<String>::new());
+    // Retention: the default covers at least 30 days, and expiring now drops nothing recent.
+    assert!(engine.config().webhook_retention_ms >= 30 * 24 * 3600 * 1000);
+    engine.expire_webhooks().unwrap();
+    assert!(matches!(
+        engine.intake_webhook(&source(false), &delivery("evt_1", body, now_ms, None)),
+        Ok(Intake::Duplicate { .. })
+    ));
+}
+
+#[tokio::test]
+async fn unsigned_sources_and_a_crash_during_intake() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let crashing = Recorder::halting_at(CrashPoint::DuringWebhookIntake, 1);
+    let open = Source { secret: None, ..source(false) };
+    let incoming = Incoming { signature: None, ..delivery("evt_1", r#"{"amount":1}"#, 0, None) };
+    let first =
+        engine(config("w1"), ledger.clone(), crashing, &[connector.clone()], &[], &[one_step("wf", "api.charge")]);
+    assert_eq!(first.intake_webhook(&open, &incoming), Err(Error::Halted));
+    assert!(ledger.unfinished_runs().unwrap().is_empty(), "a crash before the inbox write leaves nothing");
+    // The sender retries: the delivery is taken in once.
+    let second =
+        engine(config("w2"), ledger.clone(), Recorder::new(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    assert!(matches!(second.intake_webhook(&open, &incoming), Ok(Intake::Started { .. })));
+    assert!(matches!(second.intake_webhook(&open, &incoming), Ok(Intake::Duplicate { .. })));
+    let unknown = Source { workflow: "nope".to_string(), ..open };
+    assert_eq!(second.intake_webhook(&unknown, &incoming), Err(Error::UnknownWorkflow("nope".to_string())));
+}
+
+#[test]
+fn run_ids_are_derived_from_source_and_event() {
+    assert_eq!(webhook::run_id("stripe", "evt_1"), webhook::run_id("stripe", "evt_1"));
+    assert_ne!(webhook::run_id("stripe", "evt_1"), webhook::run_id("stripe", "evt_2"));
+    // Length-prefixed: shifting a character between the parts changes the id.
+    assert_ne!(webhook::run_id("ab", "c"), webhook::run_id("a", "bc"));
+    assert!(webhook::run_id("s", "e").starts_with("wh-"));
+}
+
+/// Under `--cfg madsim` the tests above really run inside madsim's runtime (the workspace `tokio::test` is madsim's).
+#[cfg(madsim)]
+#[tokio::test]
+async fn tests_run_inside_madsim() {
+    assert!(madsim::runtime::Handle::try_current().is_ok());
+}
