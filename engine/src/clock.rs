@@ -29,12 +29,18 @@ pub struct RuntimeClock {
 }
 
 impl RuntimeClock {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the runtime's clock: madsim's virtual time under the simulation (where tokio's Instant is std's, \
+                  intercepted), tokio's clock otherwise"
+    )]
     pub fn new(epoch_ms: u64) -> Self {
         Self { start: tokio::time::Instant::now(), epoch_ms }
     }
 }
 
 impl Clock for RuntimeClock {
+    #[allow(clippy::disallowed_methods, reason = "see RuntimeClock::new")]
     fn now_ms(&self) -> u64 {
         self.epoch_ms + tokio::time::Instant::now().duration_since(self.start).as_millis() as u64
     }

@@ -1,0 +1,115 @@
+//! The harness's promises about seeds, tested on real simulations (simulation configuration only:
+//! `cargo sim-test -p scenarios`).
+//!
+//! - the same seed twice gives the same trace hash and byte-identical results (apart from the wall-time figures);
+//!   different seeds differ;
+//! - the canary connector makes `flowsim run` exit 1 with a repro command, and that command reproduces the same
+//!   trace hash;
+//! - `--policy naive` on a timeout-after-commit profile shows duplicates that `--policy rules` does not.
+#![cfg(madsim)]
+
+use engine::executor::Policy;
+use scenarios::run::{RunArgs, deterministic_bytes, execute, prepare};
+use sim::results::Results;
+use std::process::Command;
+
+fn args(scenario: &str, seed: u64, steps: u64, policy: Policy) -> RunArgs {
+    RunArgs {
+        scenario: scenario.into(),
+        seed,
+        steps: Some(steps),
+        policy,
+        ledger: "memory".into(),
+        jobs: 1,
+        json: None,
+        trace: None,
+        trace_run: None,
+        check_determinism: false,
+        quiet: true,
+    }
+}
+
+fn simulate(args: &RunArgs) -> Results {
+    let prepared = prepare(&args.scenario, args.seed, args.steps).expect("a catalogue scenario prepares");
+    execute(args, &prepared, false).0
+}
+
+#[test]
+fn same_seed_same_trace_and_results_different_seed_differs() {
+    let a = simulate(&args("mixed", 11, 3_000, Policy::Rules));
+    let b = simulate(&args("mixed", 11, 3_000, Policy::Rules));
+    assert_eq!(a.trace_hash, b.trace_hash, "one seed, two trace hashes");
+    assert_eq!(deterministic_bytes(&a), deterministic_bytes(&b), "one seed, two results");
+    let c = simulate(&args("mixed", 12, 3_000, Policy::Rules));
+    assert_ne!(a.trace_hash, c.trace_hash, "two seeds, one trace hash");
+    assert!(a.steps > 2_000, "the run did the work it was asked for: {} steps", a.steps);
+}
+
+#[test]
+fn sqlite_ledger_is_deterministic_too() {
+    let mut run = args("crash-points", 5, 1_500, Policy::Rules);
+    run.ledger = "sqlite".into();
+    let a = simulate(&run);
+    let b = simulate(&run);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert!(a.all_hold(), "invariants: {:?}", a.invariants);
+}
+
+#[test]
+fn shards_merge_deterministically() {
+    let mut run = args("mixed", 3, 3_000, Policy::Rules);
+    run.jobs = 2;
+    let a = simulate(&run);
+    let b = simulate(&run);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.merged_runs, 2);
+}
+
+#[test]
+fn canary_fails_the_run_and_its_repro_reproduces_the_trace() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let json = dir.path().join("canary.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["run", "--scenario", "canary", "--seed", "7", "--steps", "1500", "--json"])
+        .arg(&json)
+        .output()
+        .expect("flowsim runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "the canary must fail the run:\n{stdout}");
+    let first: Results = serde_json::from_slice(&std::fs::read(&json).expect("results written")).expect("results JSON");
+    assert!(first.duplicates.by_class.get("canary").copied().unwrap_or(0) > 0, "the canary made no duplicate");
+    let repro = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("reproduce with: "))
+        .unwrap_or_else(|| panic!("no repro command in:\n{stdout}"));
+    let repro_args: Vec<&str> = repro.strip_prefix("cargo flowsim ").expect("a cargo flowsim command").split(' ').collect();
+    let json2 = dir.path().join("again.json");
+    let again = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(&repro_args).arg("--json").arg(&json2).output().expect("flowsim runs");
+    assert_eq!(again.status.code(), Some(1));
+    let second: Results = serde_json::from_slice(&std::fs::read(&json2).expect("results written")).expect("results JSON");
+    assert_eq!(first.trace_hash, second.trace_hash, "the repro command did not reproduce the run");
+}
+
+#[test]
+fn naive_policy_duplicates_where_the_rules_do_not() {
+    let rules = simulate(&args("keyed-timeout-after-commit", 21, 4_000, Policy::Rules));
+    let naive = simulate(&args("keyed-timeout-after-commit", 21, 4_000, Policy::Naive));
+    let keyed = |r: &Results| r.duplicates.by_class.get("keyed").copied().unwrap_or(0);
+    assert_eq!(keyed(&rules), 0, "rules: {:?}", rules.duplicates);
+    assert!(keyed(&naive) > 0, "naive showed no keyed duplicate: {:?}", naive.duplicates);
+    assert!(rules.all_hold(), "rules broke invariants: {:?}", rules.invariants);
+    assert!(!naive.invariants["I1"].holds, "the checker did not flag the naive duplicates");
+}
+
+#[test]
+fn bad_scenario_and_knob_are_exit_2_with_a_message() {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario", "no-such"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no scenario named \"no-such\""));
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[world]\nworkers = 2\nwarp_speed = 9\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario"]).arg(&file).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warp_speed"), "{}", String::from_utf8_lossy(&out.stderr));
+}
