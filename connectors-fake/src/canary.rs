@@ -34,6 +34,7 @@ impl Canary {
                 name: CREATE.into(),
                 class: GuaranteeClass::Keyed { retention_ms: profile.key_retention_ms },
                 has_lookup: false,
+                lookup_lag_bound_ms: 0,
             }],
             next_id: 0,
         }

@@ -53,6 +53,7 @@ impl Contacts {
                 name: CREATE_CONTACT.into(),
                 class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.lag_bound_ms() },
                 has_lookup: true,
+                lookup_lag_bound_ms: 0,
             }],
             by_email: SearchIndex::default(),
             next_id: 0,

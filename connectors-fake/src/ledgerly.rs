@@ -55,6 +55,7 @@ impl Ledgerly {
                 name: RECORD_ENTRY.into(),
                 class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.lag_bound_ms() },
                 has_lookup: true,
+                lookup_lag_bound_ms: 0,
             }],
             by_external_ref: SearchIndex::default(),
             next_id: 0,

@@ -95,8 +95,10 @@ impl Payments {
                 name: CREATE_CUSTOMER.into(),
                 class: GuaranteeClass::Keyed { retention_ms },
                 has_lookup: true,
+                // Customer search by metadata lags like the rest of the search index.
+                lookup_lag_bound_ms: profile.lag_bound_ms(),
             },
-            ActionSpec { name: CHARGE.into(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup: false },
+            ActionSpec { name: CHARGE.into(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup: false, lookup_lag_bound_ms: 0 },
         ];
         Self {
             name: name.into(),

@@ -54,6 +54,7 @@ mod bench {
             name: "charge".to_string(),
             class: GuaranteeClass::Keyed { retention_ms: 86_400_000 },
             has_lookup: false,
+            lookup_lag_bound_ms: 0,
         }];
         engine.register_connector(Arc::new(Instant { actions }));
         let steps: Vec<_> = (0..STEPS)
@@ -80,6 +81,7 @@ mod bench {
             name: "a".to_string(),
             class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: 10 },
             has_lookup: true,
+            lookup_lag_bound_ms: 0,
         };
         let retry = RetryPolicy::default();
         let key = Key([1; 32]);

@@ -40,9 +40,21 @@ pub struct ActionSpec {
     /// A keyed action may also offer a lookup (used when a retry falls outside the key retention window).
     /// Always true for `LookupBeforeCreate`, false for `AtMostOnce`.
     pub has_lookup: bool,
+    /// How long after a write its lookup is guaranteed to see it, for a keyed action's lookup (a search index that
+    /// lags, like a metadata search). `LookupBeforeCreate` carries its bound in the class; 0 means immediate.
+    #[serde(default)]
+    pub lookup_lag_bound_ms: u64,
 }
 
 impl ActionSpec {
+    /// How long after a write its lookup is guaranteed to see it (whatever the class).
+    pub fn lookup_lag_bound(&self) -> u64 {
+        match self.class {
+            GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => lag_bound_ms,
+            _ => self.lookup_lag_bound_ms,
+        }
+    }
+
     /// Are automatic retries on by default for this action (keyed and lookup-before-create only)?
     pub fn auto_retry(&self) -> bool {
         !matches!(self.class, GuaranteeClass::AtMostOnce)

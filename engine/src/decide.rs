@@ -234,6 +234,13 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
             if inside {
                 retry_when_due(input, record, false)
             } else if input.spec.has_lookup {
+                // Past retention the key protects nothing: look up, but only once the lookup can see a write the
+                // earlier attempt may have made (its lag bound, counted from the end of that attempt).
+                let ended_ms = input.last.map_or(record.lease_expiry_ms, |last| last.ended_ms);
+                let visible_ms = ended_ms.max(record.last_attempt_ms).saturating_add(input.spec.lookup_lag_bound_ms);
+                if visible_ms > input.now_ms {
+                    return Decision::WaitUntil { until_ms: visible_ms };
+                }
                 retry_when_due(input, record, true)
             } else {
                 Decision::Pause(evidence(

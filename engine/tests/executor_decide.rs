@@ -9,7 +9,7 @@ const KEY: Key = Key([7; 32]);
 const RETRY: RetryPolicy = RetryPolicy { attempt_count_max: 3, backoff_ms_base: 100, backoff_ms_max: 1_000 };
 
 fn spec(class: GuaranteeClass, has_lookup: bool) -> ActionSpec {
-    ActionSpec { name: "act".to_string(), class, has_lookup }
+    ActionSpec { name: "act".to_string(), class, has_lookup, lookup_lag_bound_ms: 0 }
 }
 
 fn record(status: Status, attempt_count: u32, last_attempt_ms: u64, lease_expiry_ms: u64, error: &str) -> StepRecord {

@@ -50,8 +50,8 @@ struct KeyState {
     objects: Vec<String>,
     first_lag_ms: u64,
     succeeded: bool,
-    /// The in-flight call: (worker, incarnation).
-    in_flight: Option<(u32, u32)>,
+    /// The in-flight call: (worker, incarnation, when its lease expires at the latest).
+    in_flight: Option<(u32, u32, u64)>,
     /// An attempt of an at-most-once action started; any later attempt needs a person's decision.
     attempted: bool,
     retry_grants: u32,
@@ -110,10 +110,12 @@ pub struct Checker {
     latency: hdrhistogram::Histogram<u64>,
     /// Set when a violation was found and not yet reported to the trace.
     pub new_violation: Option<String>,
+    /// The engine's lease: a call is exclusive for at most this long after it started.
+    lease_ms: u64,
 }
 
 impl Checker {
-    pub fn new(actions: &BTreeMap<String, ActionInfo>, plan_steps: BTreeSet<String>, workers: u32) -> Self {
+    pub fn new(actions: &BTreeMap<String, ActionInfo>, plan_steps: BTreeSet<String>, workers: u32, lease_ms: u64) -> Self {
         let action_names: Vec<String> = actions.keys().cloned().collect();
         let action_index = action_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         Checker {
@@ -134,6 +136,7 @@ impl Checker {
             lookups_total: 0,
             latency: hdrhistogram::Histogram::new(3).expect("a histogram with 3 significant figures"),
             new_violation: None,
+            lease_ms,
         }
     }
 
@@ -198,8 +201,11 @@ impl Checker {
                 if state.succeeded {
                     found.push(("I5", format!("run {run_id} step {step_id}: a call was made for a succeeded key")));
                 }
-                if let Some((w, inc)) = state.in_flight
+                // Another live worker's call whose lease has not expired: two executions of one key at once. (After
+                // the lease expired, taking the key over is the protocol; the old owner's writes are fenced.)
+                if let Some((w, inc, lease_end_ms)) = state.in_flight
                     && self.incarnations[w as usize] == inc
+                    && now_ms < lease_end_ms
                 {
                     found.push((
                         "I10",
@@ -225,7 +231,7 @@ impl Checker {
                     found.push(("I7", format!("run {run_id} step {step_id}: a write started before its plan was recorded")));
                 }
                 state.attempted = true;
-                state.in_flight = Some((worker, incarnation));
+                state.in_flight = Some((worker, incarnation, now_ms + self.lease_ms));
                 state.first_call_ms.get_or_insert(now_ms);
                 self.counters[action].calls += 1;
                 self.sent_to_ledger.insert(*sent_key, *key);

@@ -204,6 +204,7 @@ pub fn action_infos(profile: &Profile) -> BTreeMap<String, ActionInfo> {
             let class = if kind == FakeKind::Canary { "canary".to_owned() } else { spec.class.name().to_owned() };
             let lag_bound_ms = match spec.class {
                 GuaranteeClass::LookupBeforeCreate { lag_bound_ms } => Some(lag_bound_ms),
+                _ if spec.has_lookup => Some(spec.lookup_lag_bound()),
                 _ => None,
             };
             out.insert(

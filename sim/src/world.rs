@@ -899,7 +899,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         ),
     };
     let actions = workflows::action_infos(&config.profile);
-    let checker = Checker::new(&actions, workflows::plan_steps(), workers + 1);
+    let checker = Checker::new(&actions, workflows::plan_steps(), workers + 1, config.profile.world.lease_ms);
     let monitor = Arc::new(Monitor {
         state: Mutex::new(MonitorState {
             checker,
@@ -970,6 +970,11 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     }
     for worker in 0..workers {
         world.cut_until_ms.lock().expect("cuts")[worker as usize] = 0;
+        // A stall aborted with the chaos tasks may have left the worker paused.
+        let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        if let Some(id) = node {
+            handle.resume(id);
+        }
         world.restart_worker(worker);
     }
     let heal_ms_max = world.config.profile.world.heal_s_max * 1000;

@@ -109,8 +109,10 @@ pub(crate) fn complete(
     if record.status == Status::Succeeded {
         return match completion {
             Completion::Succeeded { output } if record.output.as_deref() == Some(output.as_slice()) => Ok(false),
-            Completion::Succeeded { .. } => Err(Error::OutputConflict { key: *key }),
+            // A stale owner (its lease was taken over) is fenced, whatever it brings: the new owner may have adopted
+            // the same effect through a lookup, whose answer is shaped differently from the create's.
             _ if fence != record.fence => Err(Error::Fenced { key: *key, presented: fence, current: record.fence }),
+            Completion::Succeeded { .. } => Err(Error::OutputConflict { key: *key }),
             _ => {
                 Err(Error::InvalidTransition { key: *key, from: Status::Succeeded, to: completion_status(completion) })
             }

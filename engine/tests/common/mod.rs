@@ -196,15 +196,15 @@ impl Connector for Scripted {
 }
 
 pub fn keyed(name: &str, retention_ms: u64, has_lookup: bool) -> ActionSpec {
-    ActionSpec { name: name.to_string(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup }
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup, lookup_lag_bound_ms: 0 }
 }
 
 pub fn lookup(name: &str, lag_bound_ms: u64) -> ActionSpec {
-    ActionSpec { name: name.to_string(), class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms }, has_lookup: true }
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms }, has_lookup: true, lookup_lag_bound_ms: 0 }
 }
 
 pub fn at_most_once(name: &str) -> ActionSpec {
-    ActionSpec { name: name.to_string(), class: GuaranteeClass::AtMostOnce, has_lookup: false }
+    ActionSpec { name: name.to_string(), class: GuaranteeClass::AtMostOnce, has_lookup: false, lookup_lag_bound_ms: 0 }
 }
 
 /// A planner whose plan differs on every call (a model that changes its mind); counts its calls.
