@@ -194,6 +194,13 @@ crash_point_p = 0.01
 "#,
     },
     Scenario {
+        name: "month",
+        stresses: "48 million steps at the production mix, calibrated to the article (see the profile's comments)",
+        expect: Expect::ResidualOnly,
+        steps_default: 48_000_000,
+        text: MONTH,
+    },
+    Scenario {
         name: "canary",
         stresses: "the key-ignoring API",
         expect: Expect::CanaryFails,
@@ -242,3 +249,84 @@ pub fn base_for(spec: &ProfileSpec) -> Profile {
     }
     base
 }
+
+/// The calibrated month. Every rate below is a physical rate of the world (per call, per second), derived from the
+/// article's public figures; the duplicate rates, pause share and coverage are *measured* by the run, not set.
+///
+/// - Volume: 48 M steps a month is 48e6 / (30 × 86,400 s) ≈ 18.5 steps/s. The mix below averages ≈ 2.4 writes per
+///   run, so runs arrive at 18.5 / 2.4 ≈ 7.7 per simulated second.
+/// - "A rare failure every few minutes": one failure per ~3 minutes at 18.5 steps/s is one per ~3,300 steps, about
+///   3e-4 per step. Most failures are definite (a 503 or a 429 before the API did anything, a reset before send):
+///   ≈ 2.5e-4 per call in all, split evenly between fail-before-commit, rate limits and resets.
+/// - Indeterminate outcomes (the ones that can duplicate): before the rules the article saw ≈ 1 duplicate per 90,000
+///   steps, and a naive engine duplicates on every indeterminate outcome it retries, so indeterminate outcomes are
+///   ≈ 1.1e-5 per call: timeout after commit 6e-6, error after commit 5e-6.
+/// - Worker crashes: one every 6 simulated hours (a deploy, an OOM kill); crash points at 1e-6 per point.
+/// - Read-after-write lag: the fakes' public numbers (payments search normally within a minute; contacts a few
+///   seconds; ledgerly confirms before it is visible). Incidents, when a search is later than the documented bound,
+///   happen for 0.2 % of writes on ledgerly (the article's "handful of APIs that confirm a write before it is visible
+///   to reads"), 0.05 % on payments, never on contacts.
+const MONTH: &str = r#"
+[world]
+run_rate_per_s = 7.7
+runs_in_flight_max = 2000
+webhook_share = 0.1
+crash_interval_s_mean = 21600.0
+crash_point_p = 0.000001
+cut_interval_s_mean = 0.0
+stall_interval_s_mean = 0.0
+double_dispatch_share = 0.0
+replay_share = 0.0
+person_share = 1.0
+person_delay_ms = 3600000
+
+[mix]
+signup = 4.0
+checkout = 3.0
+payout = 0.5
+onboard = 1.0
+assist = 1.0
+
+[connectors.payments]
+fail_before_commit_p = 0.00008
+rate_limit_p = 0.00008
+reset_before_send_p = 0.00008
+timeout_after_commit_p = 0.000006
+error_after_commit_p = 0.000005
+incident_p = 0.0005
+[connectors.payments.webhooks]
+duplicate_p = 0.01
+receiver_failure_p = 0.001
+twin_event_p = 0.001
+reorder_ms_max = 2000
+
+[connectors.contacts]
+fail_before_commit_p = 0.00008
+rate_limit_p = 0.00008
+reset_before_send_p = 0.00008
+timeout_after_commit_p = 0.000006
+error_after_commit_p = 0.000005
+incident_p = 0.0
+
+[connectors.ledgerly]
+fail_before_commit_p = 0.00008
+rate_limit_p = 0.00008
+reset_before_send_p = 0.00008
+timeout_after_commit_p = 0.000006
+error_after_commit_p = 0.000005
+incident_p = 0.002
+
+[connectors.payouts]
+fail_before_commit_p = 0.00008
+rate_limit_p = 0.00008
+reset_before_send_p = 0.00008
+timeout_after_commit_p = 0.000006
+error_after_commit_p = 0.000005
+
+[connectors.email]
+fail_before_commit_p = 0.00008
+rate_limit_p = 0.00008
+reset_before_send_p = 0.00008
+timeout_after_commit_p = 0.000006
+error_after_commit_p = 0.000005
+"#;

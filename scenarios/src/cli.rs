@@ -44,6 +44,15 @@ enum Command {
     },
     /// The scenario catalogue, one line each.
     Scenarios,
+    /// Measure simulation speed: steps/s per core (one shard) with each ledger, median of several repetitions.
+    Bench {
+        #[arg(long, default_value = "mixed")]
+        scenario: String,
+        #[arg(long, default_value_t = 200_000)]
+        steps: u64,
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+    },
     /// Read JSON on stdin, write its RFC 8785 canonical bytes to stdout.
     Canon,
     /// Read a step's inputs (JSON) on stdin, print the step key in lowercase hex.
@@ -103,6 +112,7 @@ pub fn main() -> i32 {
             };
             run(&args)
         }
+        Command::Bench { scenario, steps, repeat } => bench(&scenario, steps, repeat),
         Command::Scenarios => {
             for s in crate::catalogue::CATALOGUE {
                 println!("{:<28} {}", s.name, s.stresses);
@@ -255,4 +265,71 @@ fn run(args: &crate::run::RunArgs) -> i32 {
             1
         }
     }
+}
+
+#[cfg(not(madsim))]
+fn bench(_scenario: &str, _steps: u64, _repeat: u32) -> i32 {
+    run(&crate::run::RunArgs {
+        scenario: String::new(),
+        seed: 0,
+        steps: None,
+        policy: engine::executor::Policy::Rules,
+        ledger: String::new(),
+        jobs: 1,
+        json: None,
+        trace: None,
+        trace_run: None,
+        check_determinism: false,
+        quiet: true,
+    })
+}
+
+/// `flowsim bench`: the speed figures of the issue, measured, never asserted. Each repetition is a fresh simulation
+/// with the same seed (so the same work); the median wall time gives steps/s on one core.
+#[cfg(madsim)]
+fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
+    use crate::run::*;
+    if repeat == 0 {
+        eprintln!("flowsim bench: --repeat must be at least 1");
+        return 2;
+    }
+    let prepared = match prepare(scenario, 1, Some(steps)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("flowsim bench: {e}");
+            return 2;
+        }
+    };
+    println!("flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)");
+    for ledger in ["memory", "sqlite"] {
+        let args = RunArgs {
+            scenario: scenario.to_owned(),
+            seed: 1,
+            steps: Some(steps),
+            policy: engine::executor::Policy::Rules,
+            ledger: ledger.to_owned(),
+            jobs: 1,
+            json: None,
+            trace: None,
+            trace_run: None,
+            check_determinism: false,
+            quiet: true,
+        };
+        let mut rates: Vec<f64> = Vec::new();
+        let mut held = true;
+        for _ in 0..repeat {
+            let (results, _) = execute(&args, &prepared, false);
+            held &= results.all_hold() || prepared.expect != crate::catalogue::Expect::AllHold;
+            rates.push(results.steps_per_second);
+        }
+        rates.sort_by(f64::total_cmp);
+        let median = rates[rates.len() / 2];
+        let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+        println!("  ledger {ledger:<7} median {median:>10.0} steps/s per core   (runs: {})", all.join(", "));
+        if !held {
+            println!("  (an invariant was violated during the bench; run the scenario for details)");
+        }
+    }
+    println!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
+    0
 }

@@ -171,10 +171,10 @@ impl Checker {
     pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>) {
         match *event {
             Event::RunStarted { run_id, .. } => {
-                self.runs.entry(run_id.to_owned()).or_default();
+                run_state(&mut self.runs, run_id);
             }
             Event::PlanRecorded { run_id, step_id, key, plan, .. } => {
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 run.plans.entry(step_id.to_owned()).or_default();
                 // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
                 // two workers may both report the plan in force, but its content must never change.
@@ -189,7 +189,7 @@ impl Checker {
                 let incarnation = self.incarnations[worker as usize];
                 let at_most_once = self.actions[action].at_most_once;
                 let plan_needed = self.plan_steps.contains(step_base(step_id));
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 let plan_missing = plan_needed && !run.plans.contains_key(step_base(step_id));
                 let grants_available = run.pending_retry_grants;
                 let state = run.keys.entry(*key).or_insert_with(|| KeyState {
@@ -234,7 +234,10 @@ impl Checker {
                 state.in_flight = Some((worker, incarnation, now_ms + self.lease_ms));
                 state.first_call_ms.get_or_insert(now_ms);
                 self.counters[action].calls += 1;
-                self.sent_to_ledger.insert(*sent_key, *key);
+                // Under the rules the key sent is the ledger key; only the naive policy needs the mapping.
+                if sent_key != key {
+                    self.sent_to_ledger.insert(*sent_key, *key);
+                }
                 for (id, d) in found {
                     self.violate(id, d);
                 }
@@ -248,7 +251,7 @@ impl Checker {
                 let action = self.action_of(action);
                 self.counters[action].lookups += 1;
                 self.lookups_total += 1;
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 let state = run.keys.entry(*key).or_insert_with(|| KeyState {
                     action,
                     step_id: step_id.to_owned(),
@@ -258,7 +261,7 @@ impl Checker {
             }
             Event::StepSucceeded { run_id, step_id, key, action } => {
                 let action = self.action_of(action);
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 let state = run.keys.entry(*key).or_insert_with(|| KeyState {
                     action,
                     step_id: step_id.to_owned(),
@@ -271,11 +274,11 @@ impl Checker {
                 }
             }
             Event::RunPaused { run_id, .. } => {
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 run.paused_once = true;
             }
             Event::RunResolved { run_id, key, resolution } => {
-                let run = self.runs.entry(run_id.to_owned()).or_default();
+                let run = run_state(&mut self.runs, run_id);
                 match resolution {
                     "retry" => match run.keys.get_mut(key) {
                         Some(state) => state.retry_grants += 1,
@@ -456,4 +459,12 @@ fn step_base(step_id: &str) -> &str {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The run's state, created on first sight; looks up by `&str` first so the hot path allocates nothing.
+fn run_state<'a>(runs: &'a mut BTreeMap<String, RunState>, run_id: &str) -> &'a mut RunState {
+    if !runs.contains_key(run_id) {
+        runs.insert(run_id.to_owned(), RunState::default());
+    }
+    runs.get_mut(run_id).expect("inserted above")
 }
