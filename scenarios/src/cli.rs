@@ -42,6 +42,18 @@ enum Command {
         #[arg(long)]
         check_determinism: bool,
     },
+    /// Generate scenarios with proptest, check every invariant, shrink a failure to a replayable profile file.
+    Search {
+        /// New cases to run (default: $FLOWSIM_SEARCH_CASES, else 24).
+        #[arg(long)]
+        cases: Option<u32>,
+        /// Put the canary connector and workflow into the strategy (the search must then fail).
+        #[arg(long)]
+        canary: bool,
+        /// Seed of the case generator (default: $FLOWSIM_SEARCH_SEED, else 0).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// The scenario catalogue, one line each.
     Scenarios,
     /// Measure simulation speed: steps/s per core (one shard) with each ledger, median of several repetitions.
@@ -113,6 +125,7 @@ pub fn main() -> i32 {
             run(&args)
         }
         Command::Bench { scenario, steps, repeat } => bench(&scenario, steps, repeat),
+        Command::Search { cases, canary, seed } => crate::search::main(cases, canary, seed),
         Command::Scenarios => {
             for s in crate::catalogue::CATALOGUE {
                 println!("{:<28} {}", s.name, s.stresses);

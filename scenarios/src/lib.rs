@@ -3,3 +3,4 @@
 pub mod catalogue;
 pub mod cli;
 pub mod run;
+pub mod search;

@@ -1,0 +1,533 @@
+//! `flowsim search`: proptest generates scenario specs (a workflow mix, fault knobs per connector, world faults, a
+//! seed and a small step count), runs each as one simulation, and checks that every invariant held
+//! ([`crate::run::verdict`] under `--policy rules`, which allows the residual duplicates of lookup connectors whose lag
+//! exceeded the bound). A failure is shrunk toward a small, readable case: fewer workflows, fewer faults, lower
+//! probabilities, fewer steps.
+//!
+//! Every knob the swarm would otherwise draw from the seed (`sim::profile::KNOB_RANGES`) is written explicitly into
+//! the spec (zero unless the case sets it), so a case means exactly what it says and shrinking a fault away really
+//! turns it off. A failure is written as a profile file and printed as the `cargo flowsim run` command that replays
+//! it; the failing proptest seed is saved in `scenarios/proptest-regressions/` (never when `CI` is set).
+//!
+//! The connector lag knobs (`lag_*`, `incident_*`) keep each connector's realistic values: lag is what a lookup
+//! connector is, not an injected fault.
+
+use crate::catalogue::{self, Expect};
+use crate::run::Prepared;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FailurePersistence, FileFailurePersistence, PersistedSeed};
+use sim::profile::{self, ProfileSpec};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Fewest steps of a generated case: the floor shrinking reduces the step count toward.
+pub const STEPS_MIN: u64 = 200;
+/// Most steps of a generated case (small: a search runs many cases, each a whole simulation).
+pub const STEPS_MAX: u64 = 2_000;
+/// Most fault knobs set on one connector in one case.
+pub const FAULTS_PER_CONNECTOR_MAX: usize = 3;
+/// Most world faults in one case.
+pub const WORLD_FAULTS_MAX: usize = 3;
+/// Levels of a fault: level `l` in `1..=LEVELS_MAX` sets `l / LEVELS_MAX` of the fault's maximum.
+pub const LEVELS_MAX: u32 = 10;
+/// Most weight of one workflow in the mix (weights shrink toward 1).
+pub const WEIGHT_MAX: u32 = 4;
+/// Shrinking runs at most this many extra simulations.
+pub const SHRINK_ITERS_MAX: u32 = 400;
+/// Cases of the default budget (`flowsim search` and `cargo sim-test`); `FLOWSIM_SEARCH_CASES` overrides it.
+pub const CASES_DEFAULT: u32 = 24;
+/// The regression file: seeds of failures found, replayed first by every search over the rules policy.
+pub const REGRESSIONS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proptest-regressions/search.txt");
+/// Where failing cases are written as profile files.
+pub const CASES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/flowsim-search");
+/// The environment variable for the number of cases of a search run by tests.
+pub const CASES_ENV: &str = "FLOWSIM_SEARCH_CASES";
+/// The environment variable for the seed of the search's own random generator.
+pub const SEED_ENV: &str = "FLOWSIM_SEARCH_SEED";
+
+/// One fault knob of a connector: its path in `[connectors.NAME]` and its value at the highest level.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultKnob {
+    pub path: &'static str,
+    pub max: f64,
+    pub integer: bool,
+}
+
+const fn pk(path: &'static str, max: f64) -> FaultKnob {
+    FaultKnob { path, max, integer: false }
+}
+
+/// The connector fault knobs a case may set (every fault the fakes inject except lag, see the module doc).
+pub const CONNECTOR_FAULTS: &[FaultKnob] = &[
+    pk("reset_before_send_p", 0.02),
+    pk("rate_limit_p", 0.02),
+    pk("fail_before_commit_p", 0.02),
+    pk("timeout_after_commit_p", 0.05),
+    pk("error_after_commit_p", 0.02),
+    pk("webhooks.duplicate_p", 0.3),
+    pk("webhooks.receiver_failure_p", 0.1),
+    pk("webhooks.twin_event_p", 0.1),
+    FaultKnob { path: "webhooks.reorder_ms_max", max: 30_000.0, integer: true },
+];
+
+/// A world fault: the knobs it sets at level `l` (of [`LEVELS_MAX`]); a fault absent from a case sets them to 0.
+#[derive(Debug, Clone, Copy)]
+pub struct WorldFault {
+    pub name: &'static str,
+    /// `(knob, value at level l)`.
+    pub knobs: &'static [(&'static str, fn(u32) -> f64)],
+}
+
+/// A mean interval: more level, more often; level 1 is the rarest (the simplest case to read).
+fn every_s(base_s: f64, level: u32) -> f64 {
+    round6(base_s * f64::from(LEVELS_MAX) / f64::from(level))
+}
+
+fn share(max: f64, level: u32) -> f64 {
+    round6(max * f64::from(level) / f64::from(LEVELS_MAX))
+}
+
+/// The world faults a case may switch on. Intervals are seconds of simulated time: a case of a few thousand steps
+/// lasts about ten simulated seconds of traffic, then heals.
+pub const WORLD_FAULTS: &[WorldFault] = &[
+    WorldFault { name: "crashes", knobs: &[("crash_interval_s_mean", |l| every_s(2.0, l))] },
+    WorldFault { name: "crash_points", knobs: &[("crash_point_p", |l| share(0.01, l))] },
+    WorldFault { name: "cuts", knobs: &[("cut_interval_s_mean", |l| every_s(2.0, l)), ("cut_ms", |_| 5_000.0)] },
+    WorldFault {
+        name: "stalls",
+        knobs: &[("stall_interval_s_mean", |l| every_s(3.0, l)), ("stall_ms", |_| 60_000.0)],
+    },
+    WorldFault { name: "double_dispatch", knobs: &[("double_dispatch_share", |l| share(0.2, l))] },
+    WorldFault { name: "replays", knobs: &[("replay_share", |l| share(0.2, l))] },
+];
+
+/// World knobs that are integers in `WorldKnobs` (the others are floats).
+const WORLD_INTEGER_KNOBS: &[&str] = &["cut_ms", "stall_ms"];
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// One generated case. Its `Debug` form is what the regression file records next to the seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    /// The simulation seed.
+    pub seed: u64,
+    pub steps: u64,
+    /// Workflow → weight (at least one workflow).
+    pub mix: BTreeMap<String, u32>,
+    /// Connector → fault knob (index into [`CONNECTOR_FAULTS`]) → level. Absent: 0.
+    pub connector_faults: BTreeMap<String, BTreeMap<usize, u32>>,
+    /// World fault (index into [`WORLD_FAULTS`]) → level. Absent: off.
+    pub world_faults: BTreeMap<usize, u32>,
+    /// Whether the canary connector is in the world.
+    pub canary: bool,
+}
+
+impl Case {
+    /// How many fault knobs the case sets, connectors and world together.
+    pub fn fault_count(&self) -> usize {
+        self.connector_faults.values().map(BTreeMap::len).sum::<usize>() + self.world_faults.len()
+    }
+
+    /// The connectors of the world the case runs in.
+    pub fn connectors(&self) -> Vec<&'static str> {
+        connectors(self.canary)
+    }
+
+    /// The profile spec (without `steps`): every knob the swarm would draw is set, to 0 unless the case sets it.
+    pub fn spec(&self) -> ProfileSpec {
+        let mut world = toml::Table::new();
+        for (index, fault) in WORLD_FAULTS.iter().enumerate() {
+            let level = self.world_faults.get(&index);
+            for (knob, value) in fault.knobs {
+                let v = level.map_or(0.0, |l| value(*l));
+                world.insert((*knob).to_owned(), knob_value(v, WORLD_INTEGER_KNOBS.contains(knob)));
+            }
+        }
+        let mut connectors = toml::Table::new();
+        for name in self.connectors() {
+            let mut table = toml::Table::new();
+            let set = self.connector_faults.get(name);
+            for (index, knob) in CONNECTOR_FAULTS.iter().enumerate() {
+                let level = set.and_then(|s| s.get(&index)).copied().unwrap_or(0);
+                let v = knob.max * f64::from(level) / f64::from(LEVELS_MAX);
+                insert_path(&mut table, knob.path, knob_value(v, knob.integer));
+            }
+            connectors.insert(name.to_owned(), toml::Value::Table(table));
+        }
+        let mix: toml::Table =
+            self.mix.iter().map(|(w, weight)| (w.clone(), toml::Value::Float(f64::from(*weight)))).collect();
+        let mut spec = ProfileSpec::new();
+        spec.insert("world".into(), toml::Value::Table(world));
+        spec.insert("mix".into(), toml::Value::Table(mix));
+        spec.insert("connectors".into(), toml::Value::Table(connectors));
+        spec
+    }
+
+    /// The profile file that replays the case (`steps` included), with a header saying what it sets.
+    pub fn file_text(&self) -> String {
+        let mut summary = Vec::new();
+        for (connector, set) in &self.connector_faults {
+            for (index, level) in set {
+                let knob = CONNECTOR_FAULTS[*index];
+                summary.push(format!("connectors.{connector}.{} level {level}/{LEVELS_MAX}", knob.path));
+            }
+        }
+        for (index, level) in &self.world_faults {
+            summary.push(format!("world {} level {level}/{LEVELS_MAX}", WORLD_FAULTS[*index].name));
+        }
+        if summary.is_empty() {
+            summary.push("none".into());
+        }
+        let mut spec = self.spec();
+        spec.insert("steps".into(), toml::Value::Integer(i64::try_from(self.steps).expect("steps fit in i64")));
+        format!(
+            "# A case found by `flowsim search` (seed {}). Faults set: {}.\n\
+             # Every other fault knob is written as 0 so that no knob is drawn from the seed.\n{}",
+            self.seed,
+            summary.join(", "),
+            toml::to_string(&spec).expect("a spec serialises")
+        )
+    }
+
+    /// The resolved profile, exactly as `flowsim run --scenario FILE` resolves the file of [`Case::file_text`].
+    pub fn prepare(&self) -> Result<Prepared, String> {
+        let spec = self.spec();
+        let base = catalogue::base_for(&spec);
+        let profile = profile::resolve(&base, &spec, self.seed, true).map_err(|e| e.to_string())?;
+        Ok(Prepared { name: "search".into(), expect: Expect::ResidualOnly, profile, steps: self.steps })
+    }
+
+    /// Writes [`Case::file_text`] under `dir` as `case-HASH.toml`; returns its path.
+    pub fn write(&self, dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+        let text = self.file_text();
+        let hash = blake3::hash(text.as_bytes()).to_hex();
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("case-{}.toml", &hash.as_str()[..12]));
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// The command that replays the case from its file.
+    pub fn command(&self, path: &std::path::Path) -> String {
+        format!(
+            "cargo flowsim run --scenario {} --seed {} --steps {} --policy rules",
+            path.display(),
+            self.seed,
+            self.steps
+        )
+    }
+}
+
+fn knob_value(v: f64, integer: bool) -> toml::Value {
+    if integer { toml::Value::Integer(v.round() as i64) } else { toml::Value::Float(round6(v)) }
+}
+
+fn insert_path(table: &mut toml::Table, path: &str, value: toml::Value) {
+    match path.split_once('.') {
+        None => {
+            table.insert(path.to_owned(), value);
+        }
+        Some((head, rest)) => {
+            let inner = table.entry(head.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let inner = inner.as_table_mut().expect("a knob path goes through tables only");
+            insert_path(inner, rest, value);
+        }
+    }
+}
+
+/// The connectors of the world: every connector, the canary only when asked for.
+pub fn connectors(canary: bool) -> Vec<&'static str> {
+    sim::workflows::CONNECTOR_NAMES.iter().copied().filter(|c| canary || *c != "canary").collect()
+}
+
+/// The workflows a mix draws from: every built-in workflow, the canary's only when asked for.
+pub fn workflows(canary: bool) -> Vec<&'static str> {
+    sim::workflows::WORKFLOWS.iter().map(|(n, _)| *n).filter(|w| canary || *w != "canary").collect()
+}
+
+/// The strategy of cases. Shrinking works field by field in this order: the mix (fewer workflows, then weights
+/// toward 1), the step count (toward [`STEPS_MIN`]), the connector faults (fewer, then lower), the world faults
+/// (fewer, then lower). The simulation seed does not shrink (another seed is another case, not a simpler one).
+pub fn cases(canary: bool) -> impl Strategy<Value = Case> {
+    let workflows = workflows(canary);
+    let connectors = connectors(canary);
+    let n_workflows = workflows.len();
+    let mix = (proptest::sample::subsequence(workflows.clone(), 1..=n_workflows), proptest::collection::vec(1..=WEIGHT_MAX, n_workflows))
+        .prop_map(move |(chosen, weights)| {
+            chosen
+                .into_iter()
+                .map(|w| {
+                    let index = workflows.iter().position(|x| *x == w).expect("a chosen workflow is in the list");
+                    (w.to_owned(), weights[index])
+                })
+                .collect::<BTreeMap<String, u32>>()
+        });
+    let one_connector = proptest::collection::btree_map(0..CONNECTOR_FAULTS.len(), 1..=LEVELS_MAX, 0..=FAULTS_PER_CONNECTOR_MAX);
+    let connector_faults = proptest::collection::vec(one_connector, connectors.len()).prop_map(move |sets| {
+        connectors
+            .iter()
+            .zip(sets)
+            .filter(|(_, set)| !set.is_empty())
+            .map(|(c, set)| ((*c).to_owned(), set))
+            .collect::<BTreeMap<String, BTreeMap<usize, u32>>>()
+    });
+    let world_faults = proptest::collection::btree_map(0..WORLD_FAULTS.len(), 1..=LEVELS_MAX, 0..=WORLD_FAULTS_MAX);
+    let seed = any::<u64>().no_shrink().prop_map(|s| s % 1_000_000);
+    (mix, STEPS_MIN..=STEPS_MAX, connector_faults, world_faults, seed).prop_map(
+        move |(mix, steps, connector_faults, world_faults, seed)| Case {
+            seed,
+            steps,
+            mix,
+            connector_faults,
+            world_faults,
+            canary,
+        },
+    )
+}
+
+/// The regression file, read always and written only outside CI (`CI` unset): a CI run that finds a failure prints
+/// the seed line instead, so a person decides whether to commit it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Regressions {
+    file: FileFailurePersistence,
+    write: bool,
+}
+
+impl Regressions {
+    pub fn new(path: &'static str) -> Self {
+        Regressions { file: FileFailurePersistence::Direct(path), write: std::env::var_os("CI").is_none() }
+    }
+}
+
+impl FailurePersistence for Regressions {
+    fn load_persisted_failures2(&self, source_file: Option<&'static str>) -> Vec<PersistedSeed> {
+        self.file.load_persisted_failures2(source_file)
+    }
+
+    fn save_persisted_failure2(&mut self, source_file: Option<&'static str>, seed: PersistedSeed, shrunken: &dyn fmt::Debug) {
+        if self.write {
+            self.file.save_persisted_failure2(source_file, seed, shrunken);
+        } else {
+            eprintln!("flowsim search: CI is set, so the regression file is not written; the failing seed is: {seed}");
+        }
+    }
+
+    fn box_clone(&self) -> Box<dyn FailurePersistence> {
+        Box::new(self.clone())
+    }
+
+    fn eq(&self, other: &dyn FailurePersistence) -> bool {
+        other.as_any().downcast_ref::<Self>().is_some_and(|o| o == self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// What a search was asked to do.
+#[derive(Debug, Clone)]
+pub struct SearchArgs {
+    /// New cases to generate (persisted regressions run first, on top).
+    pub cases: u32,
+    /// Put the canary connector and workflow into the strategy.
+    pub canary: bool,
+    /// Seed of proptest's own generator (which cases are generated).
+    pub seed: u64,
+    /// Read and write the regression file.
+    pub persist: bool,
+}
+
+/// A search's proptest configuration.
+pub fn config(args: &SearchArgs) -> Config {
+    Config {
+        cases: args.cases,
+        max_shrink_iters: SHRINK_ITERS_MAX,
+        // A case is a whole simulation: it never rejects, and time is bounded by the case and shrink budgets.
+        max_global_rejects: 0,
+        failure_persistence: if args.persist { Some(Box::new(Regressions::new(REGRESSIONS_PATH))) } else { None },
+        ..Config::default()
+    }
+}
+
+/// A deterministic proptest generator for `seed`.
+pub fn test_rng(seed: u64) -> proptest::test_runner::TestRng {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes)
+}
+
+/// The number of cases from [`CASES_ENV`], or `default`. A value that is not a number is an error naming it.
+pub fn cases_from_env(default: u32) -> Result<u32, String> {
+    match std::env::var(CASES_ENV) {
+        Ok(v) => v.trim().parse().map_err(|_| format!("{CASES_ENV}={v:?} is not a number of cases")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// The search seed from [`SEED_ENV`], or 0.
+pub fn seed_from_env() -> Result<u64, String> {
+    match std::env::var(SEED_ENV) {
+        Ok(v) => v.trim().parse().map_err(|_| format!("{SEED_ENV}={v:?} is not a seed")),
+        Err(_) => Ok(0),
+    }
+}
+
+/// One case run: did every invariant hold? The reason when not.
+#[cfg(madsim)]
+pub fn check(case: &Case) -> Result<(), String> {
+    use engine::executor::Policy;
+    let prepared = case.prepare().map_err(|e| format!("the case does not resolve (a bug in the strategy): {e}"))?;
+    let args = crate::run::RunArgs {
+        scenario: "search".into(),
+        seed: case.seed,
+        steps: Some(case.steps),
+        policy: Policy::Rules,
+        ledger: "memory".into(),
+        jobs: 1,
+        json: None,
+        trace: None,
+        trace_run: None,
+        check_determinism: false,
+        quiet: true,
+    };
+    let (results, _) = crate::run::execute(&args, &prepared, false);
+    crate::run::verdict(&results, Expect::ResidualOnly, Policy::Rules)
+}
+
+/// How a search ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every case held.
+    Held { cases: u32, simulations: u64 },
+    /// A failure, shrunk: the minimal case, why it failed, and how many simulations the search ran in all.
+    Failed { case: Case, reason: String, simulations: u64 },
+    /// proptest gave up (it should not: cases are never rejected).
+    Aborted(String),
+}
+
+/// Runs a search. Every simulation is counted; `on_case` sees each case and its result as it runs.
+#[cfg(madsim)]
+pub fn search(args: &SearchArgs, on_case: &dyn Fn(&Case, &Result<(), String>)) -> Outcome {
+    use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut runner = TestRunner::new_with_rng(config(args), test_rng(args.seed));
+    let simulations = AtomicU64::new(0);
+    let result = runner.run(&cases(args.canary), |case| {
+        simulations.fetch_add(1, Ordering::Relaxed);
+        let result = check(&case);
+        on_case(&case, &result);
+        result.map_err(TestCaseError::fail)
+    });
+    let simulations = simulations.load(Ordering::Relaxed);
+    match result {
+        Ok(()) => Outcome::Held { cases: args.cases, simulations },
+        Err(TestError::Fail(reason, case)) => Outcome::Failed { case, reason: reason.message().to_owned(), simulations },
+        Err(TestError::Abort(reason)) => Outcome::Aborted(reason.message().to_owned()),
+    }
+}
+
+/// Writes a failing case's file and returns the lines to print: the file, the command, and what failed.
+pub fn report_failure(case: &Case, reason: &str) -> String {
+    let dir = std::path::Path::new(CASES_DIR);
+    match case.write(dir) {
+        Ok(path) => {
+            let path = path.canonicalize().unwrap_or(path);
+            format!(
+                "flowsim search: FAILED: {reason}\n  shrunk case: {}\n  written to {}\nreproduce with: {}\n",
+                one_line(case),
+                path.display(),
+                case.command(&path)
+            )
+        }
+        Err(e) => format!(
+            "flowsim search: FAILED: {reason}\n  shrunk case: {}\n  (cannot write it under {}: {e})\n{}",
+            one_line(case),
+            dir.display(),
+            case.file_text()
+        ),
+    }
+}
+
+/// A case on one line, for progress output.
+pub fn one_line(case: &Case) -> String {
+    let mix: Vec<String> = case.mix.iter().map(|(w, n)| format!("{w}×{n}")).collect();
+    let mut faults = Vec::new();
+    for (connector, set) in &case.connector_faults {
+        for (index, level) in set {
+            faults.push(format!("{connector}.{}@{level}", CONNECTOR_FAULTS[*index].path));
+        }
+    }
+    for (index, level) in &case.world_faults {
+        faults.push(format!("{}@{level}", WORLD_FAULTS[*index].name));
+    }
+    format!("seed {} steps {} mix [{}] faults [{}]", case.seed, case.steps, mix.join(" "), faults.join(" "))
+}
+
+/// `flowsim search`: exit 0 when every case held, 1 on a failure (shrunk, written, printed), 2 on bad input.
+pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>) -> i32 {
+    let cases = match cases.map_or_else(|| cases_from_env(CASES_DEFAULT), Ok) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("flowsim search: {e}");
+            return 2;
+        }
+    };
+    let seed = match seed.map_or_else(seed_from_env, Ok) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("flowsim search: {e}");
+            return 2;
+        }
+    };
+    if cases == 0 {
+        eprintln!("flowsim search: --cases must be at least 1");
+        return 2;
+    }
+    // The canary's failure is expected: it is never saved among the rules policy's regressions.
+    let args = SearchArgs { cases, canary, seed, persist: !canary };
+    run_search(&args)
+}
+
+#[cfg(not(madsim))]
+fn run_search(_args: &SearchArgs) -> i32 {
+    eprintln!(
+        "flowsim: this binary was built without `--cfg madsim`, so it cannot simulate.\n\
+         Run it through the cargo alias: `cargo flowsim search ...` (and check that RUSTFLAGS is not set)."
+    );
+    2
+}
+
+#[cfg(madsim)]
+fn run_search(args: &SearchArgs) -> i32 {
+    println!(
+        "flowsim search: {} cases, search seed {}, canary {}, steps {STEPS_MIN}..={STEPS_MAX}, regressions {}",
+        args.cases,
+        args.seed,
+        args.canary,
+        if args.persist { REGRESSIONS_PATH } else { "not used" }
+    );
+    let count = std::sync::atomic::AtomicU64::new(0);
+    let outcome = search(args, &|case, result| {
+        let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mark = if result.is_ok() { "ok" } else { "FAIL" };
+        println!("  {n:>4} {mark:<4} {}", one_line(case));
+    });
+    match outcome {
+        Outcome::Held { cases, simulations } => {
+            println!("flowsim search: every invariant held in {cases} cases ({simulations} simulations)");
+            0
+        }
+        Outcome::Failed { case, reason, simulations } => {
+            println!("flowsim search: shrunk in {simulations} simulations in all");
+            print!("{}", report_failure(&case, &reason));
+            1
+        }
+        Outcome::Aborted(reason) => {
+            println!("flowsim search: proptest gave up: {reason}");
+            1
+        }
+    }
+}
