@@ -375,9 +375,9 @@ pub fn seed_from_env() -> Result<u64, String> {
     }
 }
 
-/// One case run: did every invariant hold? The reason when not.
+/// Runs one case as a simulation under `--policy rules` and the memory ledger.
 #[cfg(madsim)]
-pub fn check(case: &Case) -> Result<(), String> {
+pub fn simulate(case: &Case) -> Result<sim::results::Results, String> {
     use engine::executor::Policy;
     let prepared = case.prepare().map_err(|e| format!("the case does not resolve (a bug in the strategy): {e}"))?;
     let args = crate::run::RunArgs {
@@ -393,8 +393,15 @@ pub fn check(case: &Case) -> Result<(), String> {
         check_determinism: false,
         quiet: true,
     };
-    let (results, _) = crate::run::execute(&args, &prepared, false);
-    crate::run::verdict(&results, Expect::ResidualOnly, Policy::Rules)
+    Ok(crate::run::execute(&args, &prepared, false).0)
+}
+
+/// The property: every invariant held (residual duplicates of lookups past their lag bound allowed). The reason
+/// when not.
+#[cfg(madsim)]
+pub fn check(case: &Case) -> Result<(), String> {
+    let results = simulate(case)?;
+    crate::run::verdict(&results, Expect::ResidualOnly, engine::executor::Policy::Rules)
 }
 
 /// How a search ended.

@@ -1,0 +1,95 @@
+//! The proptest search: over the rules policy a budgeted search finds no failure; with the canary in the strategy it
+//! finds the canary's duplicates and shrinks them to a minimal case. Simulations run only under `--cfg madsim`:
+//! `cargo sim-test -p scenarios --test search`. `FLOWSIM_SEARCH_CASES` sets the budget of the rules search
+//! (default [`CASES_CI`]), `FLOWSIM_SEARCH_SEED` the seed of its case generator.
+#![cfg(madsim)]
+
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+use scenarios::search::{self, Case, SearchArgs};
+
+/// Cases of the rules search in CI: a madsim debug build runs a case of up to 2,000 steps in about a second.
+const CASES_CI: u32 = 24;
+/// Cases the canary search may need to find its failure (it stops at the first).
+const CANARY_CASES_MAX: u32 = 64;
+
+#[test]
+fn rules_search_finds_no_failure() {
+    let cases = search::cases_from_env(CASES_CI).expect("FLOWSIM_SEARCH_CASES is a number");
+    let seed = search::seed_from_env().expect("FLOWSIM_SEARCH_SEED is a number");
+    let args = SearchArgs { cases, canary: false, seed, persist: true };
+    match search::search(&args, &|_, _| {}) {
+        search::Outcome::Held { cases: held, simulations } => {
+            assert_eq!(held, cases);
+            assert!(simulations >= u64::from(cases), "every case ran a simulation ({simulations} for {cases})");
+        }
+        search::Outcome::Failed { case, reason, .. } => panic!("{}", search::report_failure(&case, &reason)),
+        search::Outcome::Aborted(reason) => panic!("proptest gave up: {reason}"),
+    }
+}
+
+/// The canary search fails on the canary's duplicates only (another failure, found by the rules search, must not
+/// take over the shrinking), through `TestRunner` directly so the minimal input can be inspected.
+fn canary_search(seed: u64) -> (Case, String) {
+    let args = SearchArgs { cases: CANARY_CASES_MAX, canary: true, seed, persist: false };
+    let mut runner = TestRunner::new_with_rng(search::config(&args), search::test_rng(seed));
+    let result = runner.run(&search::cases(true), |case| {
+        let results = search::simulate(&case).map_err(TestCaseError::fail)?;
+        match results.duplicates.by_class.get("canary").copied().unwrap_or(0) {
+            0 => Ok(()),
+            n => Err(TestCaseError::fail(format!("{n} canary duplicates"))),
+        }
+    });
+    match result {
+        Err(TestError::Fail(reason, case)) => (case, reason.message().to_owned()),
+        Ok(()) => panic!("{CANARY_CASES_MAX} cases found no canary duplicate: the search is blind"),
+        Err(TestError::Abort(reason)) => panic!("proptest gave up: {reason}"),
+    }
+}
+
+#[test]
+fn canary_search_finds_duplicates_and_shrinks_them() {
+    let (case, reason) = canary_search(0);
+    let shown = search::one_line(&case);
+    assert!(reason.contains("canary duplicates"), "{reason}");
+    // Only the canary's workflow, at weight 1.
+    assert_eq!(case.mix.iter().collect::<Vec<_>>(), vec![(&"canary".to_owned(), &1)], "{shown}");
+    // Exactly one fault knob left: on the canary, or a world fault; every other probability is 0.
+    assert_eq!(case.fault_count(), 1, "{shown}");
+    assert!(case.connector_faults.keys().all(|c| c == "canary"), "{shown}");
+    assert_eq!(case.steps, search::STEPS_MIN, "{shown}");
+    // The profile written for the replay says the same: every other connector's fault knobs are 0.
+    let prepared = case.prepare().expect("the shrunk case resolves");
+    for (name, fault) in &prepared.profile.connectors {
+        if name == "canary" {
+            continue;
+        }
+        let ps = [
+            fault.reset_before_send_p,
+            fault.rate_limit_p,
+            fault.fail_before_commit_p,
+            fault.timeout_after_commit_p,
+            fault.error_after_commit_p,
+            fault.webhooks.duplicate_p,
+            fault.webhooks.receiver_failure_p,
+            fault.webhooks.twin_event_p,
+        ];
+        assert!(ps.iter().all(|p| *p == 0.0), "{name}: {ps:?} in {shown}");
+    }
+    // The replay command resolves the file to the profile the search ran (no knob drawn from the seed).
+    let dir = tempfile_dir();
+    let path = case.write(&dir).expect("the case file is written");
+    let command = case.command(&path);
+    assert!(command.starts_with("cargo flowsim run --scenario "), "{command}");
+    let from_file = scenarios::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed, None).expect("the file resolves");
+    assert_eq!(from_file.profile, prepared.profile);
+    assert_eq!(from_file.steps, case.steps);
+    // And it fails again.
+    let again = search::simulate(&case).expect("the case runs");
+    assert!(again.duplicates.by_class.get("canary").copied().unwrap_or(0) > 0);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("search-test");
+    std::fs::create_dir_all(&dir).expect("the test directory is created");
+    dir
+}
