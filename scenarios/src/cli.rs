@@ -44,7 +44,7 @@ enum Command {
     },
     /// Generate scenarios with proptest, check every invariant, shrink a failure to a replayable profile file.
     Search {
-        /// New cases to run (default: $FLOWSIM_SEARCH_CASES, else 24).
+        /// New cases to run (default: $FLOWSIM_SEARCH_CASES, else 200).
         #[arg(long)]
         cases: Option<u32>,
         /// Put the canary connector and workflow into the strategy (the search must then fail).

@@ -34,8 +34,9 @@ pub const LEVELS_MAX: u32 = 10;
 pub const WEIGHT_MAX: u32 = 4;
 /// Shrinking runs at most this many extra simulations.
 pub const SHRINK_ITERS_MAX: u32 = 400;
-/// Cases of the default budget (`flowsim search` and `cargo sim-test`); `FLOWSIM_SEARCH_CASES` overrides it.
-pub const CASES_DEFAULT: u32 = 24;
+/// Cases of `flowsim search` by default (about 15 s in the release build); `--cases` or `FLOWSIM_SEARCH_CASES`
+/// overrides it.
+pub const CASES_DEFAULT: u32 = 200;
 /// The regression file: seeds of failures found, replayed first by every search over the rules policy.
 pub const REGRESSIONS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proptest-regressions/search.txt");
 /// Where failing cases are written as profile files.
@@ -70,12 +71,14 @@ pub const CONNECTOR_FAULTS: &[FaultKnob] = &[
     FaultKnob { path: "webhooks.reorder_ms_max", max: 30_000.0, integer: true },
 ];
 
+/// A world knob a fault sets, and its value at a level.
+pub type WorldKnobAt = (&'static str, fn(u32) -> f64);
+
 /// A world fault: the knobs it sets at level `l` (of [`LEVELS_MAX`]); a fault absent from a case sets them to 0.
 #[derive(Debug, Clone, Copy)]
 pub struct WorldFault {
     pub name: &'static str,
-    /// `(knob, value at level l)`.
-    pub knobs: &'static [(&'static str, fn(u32) -> f64)],
+    pub knobs: &'static [WorldKnobAt],
 }
 
 /// A mean interval: more level, more often; level 1 is the rarest (the simplest case to read).
@@ -93,10 +96,7 @@ pub const WORLD_FAULTS: &[WorldFault] = &[
     WorldFault { name: "crashes", knobs: &[("crash_interval_s_mean", |l| every_s(2.0, l))] },
     WorldFault { name: "crash_points", knobs: &[("crash_point_p", |l| share(0.01, l))] },
     WorldFault { name: "cuts", knobs: &[("cut_interval_s_mean", |l| every_s(2.0, l)), ("cut_ms", |_| 5_000.0)] },
-    WorldFault {
-        name: "stalls",
-        knobs: &[("stall_interval_s_mean", |l| every_s(3.0, l)), ("stall_ms", |_| 60_000.0)],
-    },
+    WorldFault { name: "stalls", knobs: &[("stall_interval_s_mean", |l| every_s(3.0, l)), ("stall_ms", |_| 60_000.0)] },
     WorldFault { name: "double_dispatch", knobs: &[("double_dispatch_share", |l| share(0.2, l))] },
     WorldFault { name: "replays", knobs: &[("replay_share", |l| share(0.2, l))] },
 ];
@@ -254,7 +254,10 @@ pub fn cases(canary: bool) -> impl Strategy<Value = Case> {
     let workflows = workflows(canary);
     let connectors = connectors(canary);
     let n_workflows = workflows.len();
-    let mix = (proptest::sample::subsequence(workflows.clone(), 1..=n_workflows), proptest::collection::vec(1..=WEIGHT_MAX, n_workflows))
+    let mix = (
+        proptest::sample::subsequence(workflows.clone(), 1..=n_workflows),
+        proptest::collection::vec(1..=WEIGHT_MAX, n_workflows),
+    )
         .prop_map(move |(chosen, weights)| {
             chosen
                 .into_iter()
@@ -264,7 +267,8 @@ pub fn cases(canary: bool) -> impl Strategy<Value = Case> {
                 })
                 .collect::<BTreeMap<String, u32>>()
         });
-    let one_connector = proptest::collection::btree_map(0..CONNECTOR_FAULTS.len(), 1..=LEVELS_MAX, 0..=FAULTS_PER_CONNECTOR_MAX);
+    let one_connector =
+        proptest::collection::btree_map(0..CONNECTOR_FAULTS.len(), 1..=LEVELS_MAX, 0..=FAULTS_PER_CONNECTOR_MAX);
     let connector_faults = proptest::collection::vec(one_connector, connectors.len()).prop_map(move |sets| {
         connectors
             .iter()
@@ -306,7 +310,12 @@ impl FailurePersistence for Regressions {
         self.file.load_persisted_failures2(source_file)
     }
 
-    fn save_persisted_failure2(&mut self, source_file: Option<&'static str>, seed: PersistedSeed, shrunken: &dyn fmt::Debug) {
+    fn save_persisted_failure2(
+        &mut self,
+        source_file: Option<&'static str>,
+        seed: PersistedSeed,
+        shrunken: &dyn fmt::Debug,
+    ) {
         if self.write {
             self.file.save_persisted_failure2(source_file, seed, shrunken);
         } else {
@@ -431,7 +440,9 @@ pub fn search(args: &SearchArgs, on_case: &dyn Fn(&Case, &Result<(), String>)) -
     let simulations = simulations.load(Ordering::Relaxed);
     match result {
         Ok(()) => Outcome::Held { cases: args.cases, simulations },
-        Err(TestError::Fail(reason, case)) => Outcome::Failed { case, reason: reason.message().to_owned(), simulations },
+        Err(TestError::Fail(reason, case)) => {
+            Outcome::Failed { case, reason: reason.message().to_owned(), simulations }
+        }
         Err(TestError::Abort(reason)) => Outcome::Aborted(reason.message().to_owned()),
     }
 }
@@ -536,5 +547,73 @@ fn run_search(args: &SearchArgs) -> i32 {
             println!("flowsim search: proptest gave up: {reason}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest! {
+        #![proptest_config(Config { cases: 64, failure_persistence: None, ..Config::default() })]
+
+        /// Every knob the swarm draws is set by the spec: two simulation seeds resolve a case to one profile, and its
+        /// file resolves (through `flowsim run`'s own path) to that profile again.
+        #[test]
+        fn a_case_draws_nothing_from_the_seed(case in cases(true).boxed().prop_union(cases(false).boxed())) {
+            let prepared = case.prepare().map_err(TestCaseError::fail)?;
+            let mut other = case.clone();
+            other.seed = case.seed + 1;
+            prop_assert_eq!(&other.prepare().map_err(TestCaseError::fail)?.profile, &prepared.profile);
+            let dir = std::path::Path::new(CASES_DIR).join("unit-test");
+            let path = case.write(&dir).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let from_file = crate::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed + 7, None)
+                .map_err(TestCaseError::fail)?;
+            prop_assert_eq!(from_file.profile, prepared.profile);
+            prop_assert_eq!(from_file.steps, case.steps);
+            prop_assert!((STEPS_MIN..=STEPS_MAX).contains(&case.steps));
+            prop_assert!(!case.mix.is_empty());
+            prop_assert_eq!(case.canary, case.connectors().contains(&"canary"));
+        }
+    }
+
+    /// (case, knob path, value in the resolved profile) for hand-written cases: levels scale as documented, and what a
+    /// case does not set is 0.
+    #[test]
+    fn levels_map_to_knob_values() {
+        let mut case = Case {
+            seed: 1,
+            steps: STEPS_MIN,
+            mix: [("canary".to_owned(), 1)].into_iter().collect(),
+            connector_faults: [("canary".to_owned(), [(3, 2)].into_iter().collect())].into_iter().collect(),
+            world_faults: [(1, 5)].into_iter().collect(),
+            canary: true,
+        };
+        let table: &[(&str, serde_json::Value)] = &[
+            ("connectors.canary.timeout_after_commit_p", serde_json::json!(0.01)),
+            ("connectors.canary.error_after_commit_p", serde_json::json!(0.0)),
+            ("connectors.payments.timeout_after_commit_p", serde_json::json!(0.0)),
+            ("connectors.payments.webhooks.reorder_ms_max", serde_json::json!(0)),
+            ("world.crash_point_p", serde_json::json!(0.005)),
+            ("world.crash_interval_s_mean", serde_json::json!(0.0)),
+            ("world.cut_interval_s_mean", serde_json::json!(0.0)),
+            ("mix.canary", serde_json::json!(1.0)),
+        ];
+        let knobs = profile::knobs(&case.prepare().expect("resolves").profile);
+        for (path, want) in table {
+            assert_eq!(knobs.get(*path), Some(want), "{path}");
+        }
+        assert!(!knobs.contains_key("mix.signup"));
+        case.world_faults = [(0, 10)].into_iter().collect();
+        let knobs = profile::knobs(&case.prepare().expect("resolves").profile);
+        assert_eq!(knobs.get("world.crash_interval_s_mean"), Some(&serde_json::json!(2.0)));
+        assert_eq!(case.fault_count(), 2);
+    }
+
+    /// The regression file only writes outside CI; it loads the committed seeds either way.
+    #[test]
+    fn the_committed_regression_file_loads() {
+        let seeds = Regressions::new(REGRESSIONS_PATH).load_persisted_failures2(None);
+        assert!(!seeds.is_empty(), "the committed file holds the I8 stall case");
     }
 }

@@ -80,7 +80,8 @@ fn canary_search_finds_duplicates_and_shrinks_them() {
     let path = case.write(&dir).expect("the case file is written");
     let command = case.command(&path);
     assert!(command.starts_with("cargo flowsim run --scenario "), "{command}");
-    let from_file = scenarios::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed, None).expect("the file resolves");
+    let from_file =
+        scenarios::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed, None).expect("the file resolves");
     assert_eq!(from_file.profile, prepared.profile);
     assert_eq!(from_file.steps, case.steps);
     // And it fails again.
