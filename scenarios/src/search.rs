@@ -417,9 +417,9 @@ pub fn check(case: &Case) -> Result<(), String> {
 #[derive(Debug)]
 pub enum Outcome {
     /// Every case held.
-    Held { cases: u32, simulations: u64 },
-    /// A failure, shrunk: the minimal case, why it failed, and how many simulations the search ran in all.
-    Failed { case: Case, reason: String, simulations: u64 },
+    Held { cases: u32, simulations: u64, steps: u64 },
+    /// A failure, shrunk: the minimal case, why it failed, and how many simulations (and steps) the search ran in all.
+    Failed { case: Case, reason: String, simulations: u64, steps: u64 },
     /// proptest gave up (it should not: cases are never rejected).
     Aborted(String),
 }
@@ -431,17 +431,22 @@ pub fn search(args: &SearchArgs, on_case: &dyn Fn(&Case, &Result<(), String>)) -
     use std::sync::atomic::{AtomicU64, Ordering};
     let mut runner = TestRunner::new_with_rng(config(args), test_rng(args.seed));
     let simulations = AtomicU64::new(0);
+    let steps = AtomicU64::new(0);
     let result = runner.run(&cases(args.canary), |case| {
         simulations.fetch_add(1, Ordering::Relaxed);
-        let result = check(&case);
+        let result = simulate(&case).and_then(|results| {
+            steps.fetch_add(results.steps, Ordering::Relaxed);
+            crate::run::verdict(&results, Expect::ResidualOnly, engine::executor::Policy::Rules)
+        });
         on_case(&case, &result);
         result.map_err(TestCaseError::fail)
     });
     let simulations = simulations.load(Ordering::Relaxed);
+    let steps = steps.load(Ordering::Relaxed);
     match result {
-        Ok(()) => Outcome::Held { cases: args.cases, simulations },
+        Ok(()) => Outcome::Held { cases: args.cases, simulations, steps },
         Err(TestError::Fail(reason, case)) => {
-            Outcome::Failed { case, reason: reason.message().to_owned(), simulations }
+            Outcome::Failed { case, reason: reason.message().to_owned(), simulations, steps }
         }
         Err(TestError::Abort(reason)) => Outcome::Aborted(reason.message().to_owned()),
     }
@@ -534,12 +539,14 @@ fn run_search(args: &SearchArgs) -> i32 {
         println!("  {n:>4} {mark:<4} {}", one_line(case));
     });
     match outcome {
-        Outcome::Held { cases, simulations } => {
-            println!("flowsim search: every invariant held in {cases} cases ({simulations} simulations)");
+        Outcome::Held { cases, simulations, steps } => {
+            println!(
+                "flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps)"
+            );
             0
         }
-        Outcome::Failed { case, reason, simulations } => {
-            println!("flowsim search: shrunk in {simulations} simulations in all");
+        Outcome::Failed { case, reason, simulations, steps } => {
+            println!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all");
             print!("{}", report_failure(&case, &reason));
             1
         }

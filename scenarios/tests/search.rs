@@ -18,8 +18,9 @@ fn rules_search_finds_no_failure() {
     let seed = search::seed_from_env().expect("FLOWSIM_SEARCH_SEED is a number");
     let args = SearchArgs { cases, canary: false, seed, persist: true };
     match search::search(&args, &|_, _| {}) {
-        search::Outcome::Held { cases: held, simulations } => {
+        search::Outcome::Held { cases: held, simulations, steps } => {
             assert_eq!(held, cases);
+            assert!(steps >= u64::from(cases), "every case ran steps ({steps})");
             assert!(simulations >= u64::from(cases), "every case ran a simulation ({simulations} for {cases})");
         }
         search::Outcome::Failed { case, reason, .. } => panic!("{}", search::report_failure(&case, &reason)),
