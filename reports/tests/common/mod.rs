@@ -40,6 +40,7 @@ pub fn results(scenario: &str, seed: u64, policy: &str, actions: &[ActionSpec], 
                 holds: !bad,
                 violations: u64::from(bad) * 2,
                 first_violation: bad.then(|| format!("key k{seed} has 2 effects | <b>")),
+                checked: true,
             };
             (id, inv)
         })
