@@ -54,6 +54,10 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// The release gate: the catalogue × seeds against a budget file (see docs/gate.md).
+    Check(crate::check::CheckArgs),
+    /// The duplicate-rate report (report.md, report.html, report.json) from results files.
+    Report(crate::report_cmd::ReportArgs),
     /// The scenario catalogue, one line each.
     Scenarios,
     /// Measure simulation speed: steps/s per core (one shard) with each ledger, median of several repetitions.
@@ -132,6 +136,8 @@ pub fn main() -> i32 {
             }
             0
         }
+        Command::Check(args) => crate::check::main(&args),
+        Command::Report(args) => crate::report_cmd::main(&args),
         Command::Canon => canon(),
         Command::Key { run, step, volatile } => key(&run, &step, &volatile),
     }
@@ -226,8 +232,15 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         }
     };
     // Every run prints its seed and every knob first.
-    println!("flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}", prepared.name, args.seed,
-        sim_policy_name(args.policy), args.ledger, prepared.steps, args.jobs);
+    println!(
+        "flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}",
+        prepared.name,
+        args.seed,
+        sim_policy_name(args.policy),
+        args.ledger,
+        prepared.steps,
+        args.jobs
+    );
     for (knob, value) in sim::profile::knobs(&prepared.profile) {
         println!("  knob {knob} = {value}");
     }
