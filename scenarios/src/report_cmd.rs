@@ -57,7 +57,10 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
                     first.display()
                 ));
             }
-            cases.insert(case.index, (case.results, path));
+            // A case whose simulation panicked has no results to count (its failure is in the check's verdicts).
+            if let Some(results) = case.results {
+                cases.insert(case.index, (results, path));
+            }
         }
     }
     plain.extend(cases.into_values().map(|(r, _)| r));

@@ -1,0 +1,196 @@
+//! `flowsim check` and `flowsim report`, run as the built binary on a tiny gate (one seed, a few hundred steps per
+//! case). Under `cargo sim-test -p scenarios` the binary has the madsim cfg and the gate really runs; in a normal
+//! build only the refusal (exit 2, naming `cargo flowsim`) is tested, because that binary cannot simulate.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Output {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn flowsim(args: &[&str]) -> Output {
+    // The repository root, so the default budget file `budgets/release.toml` is found as in CI.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(args)
+        .current_dir(root)
+        .env("CI", "1")
+        .output()
+        .expect("the flowsim binary runs");
+    Output {
+        code: output.status.code().expect("flowsim exits with a code"),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+/// A temporary directory named for the test, emptied first.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flowsim-gate-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+const GOOD_BUDGETS: &str = "invariant_violations_max = 0\nkeyed_duplicates_max = 0\nat_most_once_duplicates_max = 0\n\
+                            residual_rate_upper_95_max = 1.0\n";
+
+#[test]
+fn malformed_budget_files_exit_2_naming_the_line() {
+    let dir = temp_dir("malformed");
+    let table: &[(&str, String, &[&str])] = &[
+        ("unknown field", format!("{GOOD_BUDGETS}residual_max = 1\n"), &["line 5", "residual_max"]),
+        ("wrong type", GOOD_BUDGETS.replace("keyed_duplicates_max = 0", "keyed_duplicates_max = \"0\""), &["line 2"]),
+        (
+            "missing field",
+            GOOD_BUDGETS.replace("at_most_once_duplicates_max = 0\n", ""),
+            &["at_most_once_duplicates_max"],
+        ),
+        ("not toml", "invariant_violations_max = = 0\n".to_string(), &["line 1"]),
+    ];
+    for (name, text, needles) in table {
+        let path = dir.join(format!("{}.toml", name.replace(' ', "-")));
+        std::fs::write(&path, text).expect("write budgets");
+        let out = flowsim(&["check", "--seeds", "1", "--steps", "10", "--budgets", path_str(&path)]);
+        assert_eq!(out.code, 2, "{name}: {}{}", out.stdout, out.stderr);
+        for needle in *needles {
+            assert!(out.stderr.contains(needle), "{name}: {:?} lacks {needle:?}", out.stderr);
+        }
+    }
+    let missing = flowsim(&["check", "--budgets", "/nonexistent/budgets.toml"]);
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("/nonexistent/budgets.toml"), "{}", missing.stderr);
+}
+
+#[test]
+fn report_refuses_missing_and_malformed_inputs() {
+    let dir = temp_dir("report-bad");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"steps\": ").expect("write");
+    let out_dir = dir.join("out");
+    for input in [dir.join("missing.json"), bad] {
+        let out = flowsim(&["report", path_str(&input), "--out", path_str(&out_dir)]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stderr.contains(path_str(&input)), "{:?} does not name {}", out.stderr, input.display());
+    }
+}
+
+#[cfg(not(madsim))]
+#[test]
+fn check_without_the_simulation_cfg_exits_2_naming_the_alias() {
+    let out = flowsim(&["check", "--seeds", "1", "--steps", "10"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("cargo flowsim"), "{}", out.stderr);
+}
+
+#[cfg(madsim)]
+mod simulated {
+    use super::*;
+
+    /// Steps per case of the tiny gate: enough for every scenario to reach its connectors, small enough for a debug
+    /// build of the simulation.
+    const TINY: &[&str] = &["check", "--seeds", "1", "--steps", "300"];
+
+    fn tiny(extra: &[&str]) -> Output {
+        let args: Vec<&str> = TINY.iter().chain(extra).copied().collect();
+        flowsim(&args)
+    }
+
+    /// report.json without the figures measured outside the simulation (wall time, speed, memory).
+    fn report_figures(dir: &Path) -> serde_json::Value {
+        fn strip(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for key in ["wall_seconds", "steps_per_second", "peak_rss_bytes"] {
+                        map.remove(key);
+                    }
+                    map.values_mut().for_each(strip);
+                }
+                serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        let text = std::fs::read_to_string(dir.join("report.json")).expect("report.json written");
+        let mut value: serde_json::Value = serde_json::from_str(&text).expect("report.json is JSON");
+        strip(&mut value);
+        value
+    }
+
+    #[test]
+    fn the_tiny_gate_passes_with_the_repository_budgets_and_reports() {
+        let dir = temp_dir("pass");
+        let (json, junit, out_dir) = (dir.join("check.json"), dir.join("junit.xml"), dir.join("report"));
+        let out = tiny(&["--json", path_str(&json), "--junit", path_str(&junit)]);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        let xml = std::fs::read_to_string(&junit).expect("junit written");
+        assert!(xml.contains("canary seed=1") && xml.contains("mixed seed=1"), "{xml}");
+        assert!(!xml.contains("<failure"), "{xml}");
+        let check: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("check JSON");
+        assert_eq!(check["check_format"], "flow-check/1");
+        assert_eq!(check["passed"], true);
+        assert!(check["merged"]["steps"].as_u64().expect("merged steps") > 0);
+
+        let report = flowsim(&["report", path_str(&json), "--out", path_str(&out_dir)]);
+        assert_eq!(report.code, 0, "{}{}", report.stdout, report.stderr);
+        for name in ["report.md", "report.html", "report.json"] {
+            let text = std::fs::read_to_string(out_dir.join(name)).expect(name);
+            assert!(!text.is_empty(), "{name} is empty");
+        }
+        assert!(std::fs::read_to_string(out_dir.join("report.html")).expect("html").contains("<svg"));
+    }
+
+    #[test]
+    fn a_budget_tightened_below_the_measured_rate_fails_with_the_repro_command() {
+        let dir = temp_dir("tight");
+        let budgets = dir.join("tight.toml");
+        // No residual duplicate allowed, judged on an upper bound no finite sample can get under.
+        std::fs::write(
+            &budgets,
+            GOOD_BUDGETS.replace("residual_rate_upper_95_max = 1.0", "residual_rate_upper_95_max = 1e-12"),
+        )
+        .expect("write budgets");
+        let junit = dir.join("junit.xml");
+        let out = tiny(&["--budgets", path_str(&budgets), "--junit", path_str(&junit)]);
+        assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("reproduce with: cargo flowsim run --scenario"), "{}", out.stdout);
+        let xml = std::fs::read_to_string(&junit).expect("junit written");
+        assert!(xml.contains("<failure"), "{xml}");
+        assert!(xml.contains("reproduce with: cargo flowsim run --scenario"), "{xml}");
+        assert!(xml.contains("upper bound"), "{xml}");
+    }
+
+    #[test]
+    fn two_shards_merge_into_the_unsharded_report() {
+        let dir = temp_dir("shards");
+        let mut jsons = Vec::new();
+        for (name, shard) in [("all", None), ("s0", Some("0/2")), ("s1", Some("1/2"))] {
+            let json = dir.join(format!("{name}.json"));
+            let mut args = vec!["--json", path_str(&json)];
+            if let Some(s) = shard {
+                args.extend(["--shard", s]);
+            }
+            let out = tiny(&args);
+            assert_eq!(out.code, 0, "{name}: {}{}", out.stdout, out.stderr);
+            jsons.push(json);
+        }
+        let (whole, parts) = (dir.join("whole"), dir.join("parts"));
+        let out = flowsim(&["report", path_str(&jsons[0]), "--out", path_str(&whole)]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        // The shards given in reverse order: the report puts cases back in suite order.
+        let out = flowsim(&["report", path_str(&jsons[2]), path_str(&jsons[1]), "--out", path_str(&parts)]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(report_figures(&whole), report_figures(&parts));
+        // A shard given twice would count its cases twice.
+        let out = flowsim(&["report", path_str(&jsons[1]), path_str(&jsons[1]), "--out", path_str(&parts)]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stderr.contains("counted once"), "{}", out.stderr);
+    }
+}
