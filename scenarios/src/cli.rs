@@ -232,15 +232,8 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         }
     };
     // Every run prints its seed and every knob first.
-    println!(
-        "flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}",
-        prepared.name,
-        args.seed,
-        sim_policy_name(args.policy),
-        args.ledger,
-        prepared.steps,
-        args.jobs
-    );
+    println!("flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}", prepared.name, args.seed,
+        sim_policy_name(args.policy), args.ledger, prepared.steps, args.jobs);
     for (knob, value) in sim::profile::knobs(&prepared.profile) {
         println!("  knob {knob} = {value}");
     }
