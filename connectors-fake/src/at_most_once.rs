@@ -44,7 +44,12 @@ impl AtMostOnce {
         Self {
             name: name.into(),
             action_name: action.into(),
-            actions: vec![ActionSpec { name: action.into(), class: GuaranteeClass::AtMostOnce, has_lookup: false, lookup_lag_bound_ms: 0 }],
+            actions: vec![ActionSpec {
+                name: action.into(),
+                class: GuaranteeClass::AtMostOnce,
+                has_lookup: false,
+                lookup_lag_bound_ms: 0,
+            }],
             id_prefix,
             event_type,
             next_id: 0,

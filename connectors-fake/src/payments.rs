@@ -98,7 +98,12 @@ impl Payments {
                 // Customer search by metadata lags like the rest of the search index.
                 lookup_lag_bound_ms: profile.lag_bound_ms(),
             },
-            ActionSpec { name: CHARGE.into(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup: false, lookup_lag_bound_ms: 0 },
+            ActionSpec {
+                name: CHARGE.into(),
+                class: GuaranteeClass::Keyed { retention_ms },
+                has_lookup: false,
+                lookup_lag_bound_ms: 0,
+            },
         ];
         Self {
             name: name.into(),

@@ -22,12 +22,12 @@
 //! The rate limit (`rate_limit_per_s`) counts requests that reach the API in fixed one-second windows.
 
 use crate::profile::{Draws, Fault, FaultProfile};
-use std::sync::atomic::AtomicBool;
 use crate::rng::Rng;
 use crate::truth::{Effect, EffectSink};
 use crate::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

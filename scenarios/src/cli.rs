@@ -232,8 +232,15 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         }
     };
     // Every run prints its seed and every knob first.
-    println!("flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}", prepared.name, args.seed,
-        sim_policy_name(args.policy), args.ledger, prepared.steps, args.jobs);
+    println!(
+        "flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}",
+        prepared.name,
+        args.seed,
+        sim_policy_name(args.policy),
+        args.ledger,
+        prepared.steps,
+        args.jobs
+    );
     for (knob, value) in sim::profile::knobs(&prepared.profile) {
         println!("  knob {knob} = {value}");
     }
@@ -319,7 +326,9 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
             return 2;
         }
     };
-    println!("flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)");
+    println!(
+        "flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)"
+    );
     for ledger in ["memory", "sqlite"] {
         let args = RunArgs {
             scenario: scenario.to_owned(),

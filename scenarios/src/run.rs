@@ -50,7 +50,8 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
         }
     };
     let mut spec = catalogue::parse(&text, &name)?;
-    let steps_file = spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));
+    let steps_file =
+        spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));
     let steps = match (steps, steps_file) {
         (Some(s), _) => s,
         (None, Some(s)) => u64::try_from(s?).map_err(|_| format!("{name}: steps must be positive"))?,
@@ -106,7 +107,9 @@ pub fn verdict(results: &Results, expect: Expect, policy: Policy) -> Result<(), 
         .invariants
         .iter()
         .filter(|(_, r)| !r.holds)
-        .map(|(id, r)| format!("{id} ({} violations; first: {})", r.violations, r.first_violation.as_deref().unwrap_or("?")))
+        .map(|(id, r)| {
+            format!("{id} ({} violations; first: {})", r.violations, r.first_violation.as_deref().unwrap_or("?"))
+        })
         .collect();
     match (expect, policy) {
         (Expect::CanaryFails, _) => {
@@ -157,7 +160,10 @@ pub fn deterministic_bytes(results: &Results) -> Vec<u8> {
 pub fn summary(results: &Results) -> String {
     let mut out = String::new();
     let line = |out: &mut String, k: &str, v: String| out.push_str(&format!("  {k:<28} {v}\n"));
-    out.push_str(&format!("flowsim: scenario {} seed {} policy {} ledger {}\n", results.scenario, results.seed, results.policy, results.ledger));
+    out.push_str(&format!(
+        "flowsim: scenario {} seed {} policy {} ledger {}\n",
+        results.scenario, results.seed, results.policy, results.ledger
+    ));
     line(&mut out, "steps", results.steps.to_string());
     line(&mut out, "runs", results.runs.to_string());
     line(&mut out, "effects", results.effects.to_string());
@@ -167,22 +173,35 @@ pub fn summary(results: &Results) -> String {
     line(&mut out, "failed runs", results.failed_runs.to_string());
     line(&mut out, "runs with a visible retry", results.runs_with_visible_retry.to_string());
     line(&mut out, "auto-retry coverage", format!("{:.1} %", results.auto_retry_coverage * 100.0));
-    line(&mut out, "extra lookups", format!("{} ({} ms simulated)", results.extra_lookups, results.extra_lookup_ms_total));
+    line(
+        &mut out,
+        "extra lookups",
+        format!("{} ({} ms simulated)", results.extra_lookups, results.extra_lookup_ms_total),
+    );
     let l = &results.latency;
-    line(&mut out, "step latency (sim ms)", format!("p50 {} p90 {} p99 {} p99.9 {} max {}", l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms));
+    line(
+        &mut out,
+        "step latency (sim ms)",
+        format!("p50 {} p90 {} p99 {} p99.9 {} max {}", l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms),
+    );
     line(&mut out, "simulated time", format!("{:.0} s", results.simulated_seconds));
     line(&mut out, "trace hash", results.trace_hash.clone());
     line(&mut out, "wall time", format!("{:.2} s ({:.0} steps/s)", results.wall_seconds, results.steps_per_second));
     line(&mut out, "peak RSS", format!("{:.0} MiB", results.peak_rss_bytes as f64 / 1048576.0));
     out.push_str("  invariants:");
     for (id, r) in &results.invariants {
-        let mark = if !r.checked { "-" } else if r.holds { "ok" } else { "FAIL" };
+        let mark = if !r.checked {
+            "-"
+        } else if r.holds {
+            "ok"
+        } else {
+            "FAIL"
+        };
         out.push_str(&format!(" {id} {mark}"));
     }
     out.push('\n');
     out
 }
-
 
 /// Runs the prepared scenario (split into `args.jobs` shards on as many threads) and fills the wall-time figures.
 #[cfg(madsim)]
@@ -240,14 +259,20 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
 fn progress_bar(steps: u64, progress: Vec<Arc<sim::Progress>>) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(steps);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps {per_sec} ETA {eta}")
-            .expect("a valid progress template"),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps {per_sec} ETA {eta}",
+        )
+        .expect("a valid progress template"),
     );
     let feeder = bar.clone();
-    #[allow(clippy::disallowed_methods, reason = "the progress thread runs outside the simulation and reads no state of it but counters")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the progress thread runs outside the simulation and reads no state of it but counters"
+    )]
     std::thread::spawn(move || {
         loop {
-            let started: u64 = progress.iter().map(|p| p.steps_started.load(std::sync::atomic::Ordering::Relaxed)).sum();
+            let started: u64 =
+                progress.iter().map(|p| p.steps_started.load(std::sync::atomic::Ordering::Relaxed)).sum();
             feeder.set_position(started.min(steps));
             if progress.iter().all(|p| p.done.load(std::sync::atomic::Ordering::Relaxed)) {
                 break;

@@ -36,7 +36,9 @@ fn every_scenario_meets_its_expectation() {
                 (Expect::CanaryFails, Err(reason)) if reason.contains("expected of the canary") => {}
                 (Expect::CanaryFails, other) => failures.push(format!("canary seed {seed}: {other:?}")),
                 (_, Ok(())) => {}
-                (_, Err(reason)) => failures.push(format!("{} seed {seed}: {reason}\n  {}", scenario.name, results.repro)),
+                (_, Err(reason)) => {
+                    failures.push(format!("{} seed {seed}: {reason}\n  {}", scenario.name, results.repro))
+                }
             }
         }
     }

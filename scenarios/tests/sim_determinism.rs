@@ -82,11 +82,18 @@ fn canary_fails_the_run_and_its_repro_reproduces_the_trace() {
         .lines()
         .find_map(|l| l.strip_prefix("reproduce with: "))
         .unwrap_or_else(|| panic!("no repro command in:\n{stdout}"));
-    let repro_args: Vec<&str> = repro.strip_prefix("cargo flowsim ").expect("a cargo flowsim command").split(' ').collect();
+    let repro_args: Vec<&str> =
+        repro.strip_prefix("cargo flowsim ").expect("a cargo flowsim command").split(' ').collect();
     let json2 = dir.path().join("again.json");
-    let again = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(&repro_args).arg("--json").arg(&json2).output().expect("flowsim runs");
+    let again = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(&repro_args)
+        .arg("--json")
+        .arg(&json2)
+        .output()
+        .expect("flowsim runs");
     assert_eq!(again.status.code(), Some(1));
-    let second: Results = serde_json::from_slice(&std::fs::read(&json2).expect("results written")).expect("results JSON");
+    let second: Results =
+        serde_json::from_slice(&std::fs::read(&json2).expect("results written")).expect("results JSON");
     assert_eq!(first.trace_hash, second.trace_hash, "the repro command did not reproduce the run");
 }
 
@@ -103,13 +110,15 @@ fn naive_policy_duplicates_where_the_rules_do_not() {
 
 #[test]
 fn bad_scenario_and_knob_are_exit_2_with_a_message() {
-    let out = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario", "no-such"]).output().expect("runs");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario", "no-such"]).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no scenario named \"no-such\""));
     let dir = tempfile::tempdir().expect("a temp dir");
     let file = dir.path().join("bad.toml");
     std::fs::write(&file, "[world]\nworkers = 2\nwarp_speed = 9\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario"]).arg(&file).output().expect("runs");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario"]).arg(&file).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("warp_speed"), "{}", String::from_utf8_lossy(&out.stderr));
 }

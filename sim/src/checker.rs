@@ -115,7 +115,12 @@ pub struct Checker {
 }
 
 impl Checker {
-    pub fn new(actions: &BTreeMap<String, ActionInfo>, plan_steps: BTreeSet<String>, workers: u32, lease_ms: u64) -> Self {
+    pub fn new(
+        actions: &BTreeMap<String, ActionInfo>,
+        plan_steps: BTreeSet<String>,
+        workers: u32,
+        lease_ms: u64,
+    ) -> Self {
         let action_names: Vec<String> = actions.keys().cloned().collect();
         let action_index = action_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         Checker {
@@ -228,7 +233,10 @@ impl Checker {
                     }
                 }
                 if plan_missing {
-                    found.push(("I7", format!("run {run_id} step {step_id}: a write started before its plan was recorded")));
+                    found.push((
+                        "I7",
+                        format!("run {run_id} step {step_id}: a write started before its plan was recorded"),
+                    ));
                 }
                 state.attempted = true;
                 state.in_flight = Some((worker, incarnation, now_ms + self.lease_ms));
@@ -350,7 +358,10 @@ impl Checker {
             };
             let ledger_succeeded = record.as_ref().is_some_and(|r| r.status == Status::Succeeded);
             if state.succeeded && !ledger_succeeded {
-                found.push(("I10", format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id)));
+                found.push((
+                    "I10",
+                    format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id),
+                ));
             }
             if ledger_succeeded && !state.resolved_by_person {
                 if state.effects == 0 {

@@ -2,9 +2,9 @@
 //! injection, the streaming invariant checker, the trace hash, and the results type every report is made from.
 
 pub mod checker;
+pub mod profile;
 pub mod results;
 pub mod trace;
-pub mod profile;
 pub mod workflows;
 #[cfg(madsim)]
 pub mod world;

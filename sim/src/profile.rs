@@ -160,7 +160,8 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
         }
     }
     merge(&mut value, &toml::Value::Table(spec.clone()), "")?;
-    let profile: Profile = value.try_into().map_err(|e: toml::de::Error| Error(format!("bad profile: {}", e.message())))?;
+    let profile: Profile =
+        value.try_into().map_err(|e: toml::de::Error| Error(format!("bad profile: {}", e.message())))?;
     for (name, fault) in &profile.connectors {
         fault.validate().map_err(|e| Error(format!("connectors.{name}: {e}")))?;
     }
@@ -191,7 +192,10 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
     if !(w.run_rate_per_s > 0.0 && w.run_rate_per_s.is_finite()) {
         return Err(Error(format!("world.run_rate_per_s = {} must be a positive number", w.run_rate_per_s)));
     }
-    if profile.mix.is_empty() || profile.mix.values().any(|v| !(*v >= 0.0 && v.is_finite())) || profile.mix.values().sum::<f64>() <= 0.0 {
+    if profile.mix.is_empty()
+        || profile.mix.values().any(|v| !(*v >= 0.0 && v.is_finite()))
+        || profile.mix.values().sum::<f64>() <= 0.0
+    {
         return Err(Error("mix must give at least one workflow a positive weight".into()));
     }
     Ok(())

@@ -185,7 +185,11 @@ pub fn safeguards(class: &str, policy: Policy) -> Vec<String> {
         return vec!["none (naive: fresh key per attempt, no lookup, retries everything)".into()];
     }
     let s: &[&str] = match class {
-        "keyed" => &["idempotency key per write", "resend with the same key inside retention", "lookup or pause past retention"],
+        "keyed" => &[
+            "idempotency key per write",
+            "resend with the same key inside retention",
+            "lookup or pause past retention",
+        ],
         "lookup-before-create" => &["lookup before create", "wait out the lag bound after an indeterminate outcome"],
         "at-most-once" => &["never retried automatically", "pause for a person"],
         "canary" => &["none: the API ignores the keys it accepts"],
@@ -245,7 +249,9 @@ impl Fakes {
         let fakes = profile
             .connectors
             .iter()
-            .map(|(name, fault)| kind_of(name).connector(name, fault.clone(), root.fork_named(name), clock.clone(), sink.clone()))
+            .map(|(name, fault)| {
+                kind_of(name).connector(name, fault.clone(), root.fork_named(name), clock.clone(), sink.clone())
+            })
             .collect();
         Fakes {
             fakes,
@@ -289,7 +295,12 @@ pub struct FakePlanner {
 }
 
 impl Planner for FakePlanner {
-    fn plan<'a>(&'a self, run_id: &'a str, _step_id: &'a str, inputs: &'a Value) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
+    fn plan<'a>(
+        &'a self,
+        run_id: &'a str,
+        _step_id: &'a str,
+        inputs: &'a Value,
+    ) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
         Box::pin(async move {
             let call = self.calls.fetch_add(1, Ordering::Relaxed);
             let mut rng = Rng::new(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15)).fork_named(run_id);

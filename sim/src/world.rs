@@ -167,7 +167,12 @@ impl Observer for WorkerObserver {
                 state.trace.record(
                     now,
                     "crash-point",
-                    &[Field::U64(self.worker as u64), Field::Str(crash_point_name(point)), Field::Str(run_id), Field::Bytes(&key.0)],
+                    &[
+                        Field::U64(self.worker as u64),
+                        Field::Str(crash_point_name(point)),
+                        Field::Str(run_id),
+                        Field::Bytes(&key.0),
+                    ],
                 );
             }
             crash
@@ -194,7 +199,9 @@ fn crash_point_name(point: CrashPoint) -> &'static str {
 fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
     let w = Field::U64(worker as u64);
     match *event {
-        Event::RunStarted { run_id, workflow } => trace.record(now, "run-started", &[w, Field::Str(run_id), Field::Str(workflow)]),
+        Event::RunStarted { run_id, workflow } => {
+            trace.record(now, "run-started", &[w, Field::Str(run_id), Field::Str(workflow)])
+        }
         Event::WebhookDuplicate { source, event_id, run_id } => {
             trace.record(now, "webhook-duplicate", &[w, Field::Str(source), Field::Str(event_id), Field::Str(run_id)])
         }
@@ -246,7 +253,14 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
         Event::Lookup { run_id, step_id, key, action, found } => trace.record(
             now,
             "lookup",
-            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(action), Field::U64(found as u64)],
+            &[
+                w,
+                Field::Str(run_id),
+                Field::Str(step_id),
+                Field::Bytes(&key.0),
+                Field::Str(action),
+                Field::U64(found as u64),
+            ],
         ),
         Event::StepSucceeded { run_id, step_id, key, action } => trace.record(
             now,
@@ -256,16 +270,27 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
         Event::RetryScheduled { run_id, step_id, key, attempt, delay_ms } => trace.record(
             now,
             "retry-scheduled",
-            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::U64(attempt as u64), Field::U64(delay_ms)],
+            &[
+                w,
+                Field::Str(run_id),
+                Field::Str(step_id),
+                Field::Bytes(&key.0),
+                Field::U64(attempt as u64),
+                Field::U64(delay_ms),
+            ],
         ),
-        Event::RunPaused { run_id, step_id, key, reason } => {
-            trace.record(now, "run-paused", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(reason)])
-        }
+        Event::RunPaused { run_id, step_id, key, reason } => trace.record(
+            now,
+            "run-paused",
+            &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0), Field::Str(reason)],
+        ),
         Event::RunResolved { run_id, key, resolution } => {
             trace.record(now, "run-resolved", &[w, Field::Str(run_id), Field::Bytes(&key.0), Field::Str(resolution)])
         }
         Event::RunSucceeded { run_id } => trace.record(now, "run-succeeded", &[w, Field::Str(run_id)]),
-        Event::RunFailed { run_id, reason } => trace.record(now, "run-failed", &[w, Field::Str(run_id), Field::Str(reason)]),
+        Event::RunFailed { run_id, reason } => {
+            trace.record(now, "run-failed", &[w, Field::Str(run_id), Field::Str(reason)])
+        }
         #[allow(unreachable_patterns, reason = "new engine events are hashed by their debug form until listed here")]
         ref other => trace.record(now, "event", &[w, Field::Str(&format!("{other:?}"))]),
     }
@@ -512,7 +537,11 @@ impl Shared {
     fn finish_run(&self, run_id: &str, status: RunStatus) {
         {
             let mut state = self.monitor.lock();
-            state.trace.record(self.monitor.clock.now_ms(), "run-finished", &[Field::Str(run_id), Field::Str(status.as_str())]);
+            state.trace.record(
+                self.monitor.clock.now_ms(),
+                "run-finished",
+                &[Field::Str(run_id), Field::Str(status.as_str())],
+            );
             state.checker.run_finished(run_id, status, self.ledger.as_ref());
             state.note_violation();
         }
@@ -564,7 +593,8 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
             .collect()
     };
     for run_id in orphans {
-        let run = world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
+        let run =
+            world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
         match run {
             Some(r) if r.status.is_terminal() || r.status == RunStatus::Paused => {
                 world.drivers.lock().expect("drivers").remove(&run_id);
@@ -683,7 +713,14 @@ fn webhook_source(world: &Shared, workflow: &str) -> engine::webhook::Source {
     }
 }
 
-fn start_change(world: &Arc<Shared>, api: &Arc<Engine>, workflow: &str, index: u64, trigger: serde_json::Value, rng: &mut Rng) {
+fn start_change(
+    world: &Arc<Shared>,
+    api: &Arc<Engine>,
+    workflow: &str,
+    index: u64,
+    trigger: serde_json::Value,
+    rng: &mut Rng,
+) {
     let event = WebhookEvent {
         source: WEBHOOK_SOURCE.to_owned(),
         event_id: format!("evt_{index}"),
@@ -705,11 +742,10 @@ fn start_change(world: &Arc<Shared>, api: &Arc<Engine>, workflow: &str, index: u
         });
     }
     world.changes_in_flight.fetch_add(1, Ordering::Relaxed);
-    world
-        .webhook_starts
-        .lock()
-        .expect("webhook starts")
-        .insert(event.object_id.clone(), ChangeDeliveries { deliveries_left: schedule.len() as u32, started: BTreeMap::new() });
+    world.webhook_starts.lock().expect("webhook starts").insert(
+        event.object_id.clone(),
+        ChangeDeliveries { deliveries_left: schedule.len() as u32, started: BTreeMap::new() },
+    );
     let supervisor = world.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
     for delivery in schedule {
         let world = world.clone();
@@ -723,7 +759,13 @@ fn start_change(world: &Arc<Shared>, api: &Arc<Engine>, workflow: &str, index: u
     }
 }
 
-fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
+fn deliver(
+    world: &Arc<Shared>,
+    api: &Engine,
+    workflow: &str,
+    event: &WebhookEvent,
+    delivery: &connectors_fake::webhooks::Delivery,
+) {
     let now = world.monitor.clock.now_ms();
     let forged = delivery.event_id.ends_with("_forged");
     let mut started = None;
@@ -739,7 +781,9 @@ fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEve
             object_id: Some(event.object_id.clone()),
             event_type: Some(event.event_type.clone()),
         };
-        world.monitor.world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
+        world
+            .monitor
+            .world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
         match api.intake_webhook(&webhook_source(world, workflow), &incoming) {
             Ok(Intake::Started { run_id }) => {
                 if forged {
@@ -756,7 +800,9 @@ fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEve
                 redeliver(world, api, workflow, event, delivery);
             }
             Err(e) if forged && e.is_rejection() => {}
-            Err(e) => world.violation("I6", format!("delivery {} of a genuine event was refused: {e}", delivery.event_id)),
+            Err(e) => {
+                world.violation("I6", format!("delivery {} of a genuine event was refused: {e}", delivery.event_id))
+            }
         }
     }
     let done = {
@@ -790,7 +836,13 @@ fn deliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEve
 }
 
 /// Schedules one more delivery of `delivery` after the sender's first backoff (the receiver failed it).
-fn redeliver(world: &Arc<Shared>, api: &Engine, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
+fn redeliver(
+    world: &Arc<Shared>,
+    api: &Engine,
+    workflow: &str,
+    event: &WebhookEvent,
+    delivery: &connectors_fake::webhooks::Delivery,
+) {
     let _ = api;
     let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
     if let Some(change) = world.webhook_starts.lock().expect("webhook starts").get_mut(&event.object_id) {
@@ -895,7 +947,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
                 group_commit_ops_max: 1_000,
                 ..Default::default()
             })
-                .unwrap_or_else(|e| panic!("cannot open an in-memory SQLite ledger: {e}")),
+            .unwrap_or_else(|e| panic!("cannot open an in-memory SQLite ledger: {e}")),
         ),
     };
     let actions = workflows::action_infos(&config.profile);
@@ -940,11 +992,8 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     *world.supervisor.lock().expect("supervisor") = Some(supervisor.clone());
     for worker in 0..workers {
         let w = world.clone();
-        let node = handle
-            .create_node()
-            .name(format!("worker-{worker}"))
-            .init(move || worker_main(w.clone(), worker))
-            .build();
+        let node =
+            handle.create_node().name(format!("worker-{worker}")).init(move || worker_main(w.clone(), worker)).build();
         world.nodes.lock().expect("nodes")[worker as usize] = Some(node);
     }
     // The front door: the API and webhook endpoint that records new runs, on the supervisor's node.

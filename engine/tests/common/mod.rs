@@ -196,11 +196,21 @@ impl Connector for Scripted {
 }
 
 pub fn keyed(name: &str, retention_ms: u64, has_lookup: bool) -> ActionSpec {
-    ActionSpec { name: name.to_string(), class: GuaranteeClass::Keyed { retention_ms }, has_lookup, lookup_lag_bound_ms: 0 }
+    ActionSpec {
+        name: name.to_string(),
+        class: GuaranteeClass::Keyed { retention_ms },
+        has_lookup,
+        lookup_lag_bound_ms: 0,
+    }
 }
 
 pub fn lookup(name: &str, lag_bound_ms: u64) -> ActionSpec {
-    ActionSpec { name: name.to_string(), class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms }, has_lookup: true, lookup_lag_bound_ms: 0 }
+    ActionSpec {
+        name: name.to_string(),
+        class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms },
+        has_lookup: true,
+        lookup_lag_bound_ms: 0,
+    }
 }
 
 pub fn at_most_once(name: &str) -> ActionSpec {
