@@ -73,15 +73,7 @@ impl Api for AtMostOnce {
         self.next_id += 1;
         let id = format!("{}_{}", self.id_prefix, self.next_id);
         let record = json!({ "id": id, "status": "accepted", "params": request.inputs });
-        let effect = Effect {
-            key: *request.key,
-            connector: self.name.clone(),
-            action: self.action_name.clone(),
-            run_id: request.run_id.to_string(),
-            object_id: id.clone(),
-            committed_ms: cx.now_ms,
-            visible_ms: cx.now_ms,
-        };
+        let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
             event_id: format!("evt_{}", self.next_id),

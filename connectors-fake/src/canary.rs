@@ -56,15 +56,7 @@ impl Api for Canary {
         }
         self.next_id += 1;
         let id = format!("canary_{}", self.next_id);
-        let effect = Effect {
-            key: *request.key,
-            connector: self.name.clone(),
-            action: self.action_name.clone(),
-            run_id: request.run_id.to_string(),
-            object_id: id.clone(),
-            committed_ms: cx.now_ms,
-            visible_ms: cx.now_ms,
-        };
+        let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         Handled { outcome: Outcome::Applied(json!({ "id": id })), effect: Some(effect), event: None }
     }
 

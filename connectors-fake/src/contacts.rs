@@ -91,15 +91,7 @@ impl Api for Contacts {
         let visible_ms = cx.now_ms + cx.lag_ms;
         let record = json!({ "id": id, "email": email, "properties": request.inputs });
         self.by_email.insert(request.run_id, email, Indexed { id: id.clone(), visible_ms, record: record.clone() });
-        let effect = Effect {
-            key: *request.key,
-            connector: self.name.clone(),
-            action: self.action_name.clone(),
-            run_id: request.run_id.to_string(),
-            object_id: id.clone(),
-            committed_ms: cx.now_ms,
-            visible_ms,
-        };
+        let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
             event_id: format!("evt_{}", self.next_id),

@@ -83,15 +83,7 @@ impl Api for Ledgerly {
         let record = json!({ "id": id, "external_ref": external_ref, "fields": request.inputs });
         let indexed = Indexed { id: id.clone(), visible_ms, record: record.clone() };
         self.by_external_ref.insert(request.run_id, external_ref, indexed);
-        let effect = Effect {
-            key: *request.key,
-            connector: self.name.clone(),
-            action: self.action_name.clone(),
-            run_id: request.run_id.to_string(),
-            object_id: id.clone(),
-            committed_ms: cx.now_ms,
-            visible_ms,
-        };
+        let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
             event_id: format!("evt_{}", self.next_id),

@@ -205,15 +205,7 @@ impl Payments {
         let run = self.by_run.entry(request.run_id.to_string()).or_default();
         run.keys.push(idempotency_key.to_string());
         run.objects.push(object_id.clone());
-        let effect = Effect {
-            key: *request.key,
-            connector: self.name.clone(),
-            action: self.action_names[action].clone(),
-            run_id: request.run_id.to_string(),
-            object_id: object_id.clone(),
-            committed_ms: cx.now_ms,
-            visible_ms,
-        };
+        let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
             event_id: format!("evt_{}", self.next_id),

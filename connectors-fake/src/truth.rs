@@ -27,6 +27,28 @@ pub struct Effect {
     pub visible_ms: u64,
 }
 
+impl Effect {
+    /// The effect of `request`, which created `object_id` at `committed_ms`, searchable from `visible_ms`.
+    pub fn of(
+        connector: &Arc<str>,
+        action: &Arc<str>,
+        request: &engine::connector::Request<'_>,
+        object_id: &str,
+        committed_ms: u64,
+        visible_ms: u64,
+    ) -> Self {
+        Effect {
+            key: *request.key,
+            connector: connector.clone(),
+            action: action.clone(),
+            run_id: request.run_id.to_string(),
+            object_id: object_id.to_string(),
+            committed_ms,
+            visible_ms,
+        }
+    }
+}
+
 /// Receives the fakes' ground truth. Called synchronously, outside the fake's lock; must not block.
 pub trait EffectSink: Send + Sync {
     fn effect(&self, effect: Effect);
