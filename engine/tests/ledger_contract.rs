@@ -352,6 +352,9 @@ fn runs(f: Fixture) {
         (RunStatus::Paused, Some("at-most-once payout indeterminate"), 5, 50)
     );
     assert_eq!(r4.trigger, br#"{"a":1}"#);
+    assert_eq!(l.run_status("r4").unwrap(), Some(RunStatus::Paused));
+    assert_eq!(l.run_status("r5").unwrap(), Some(RunStatus::Running));
+    assert_eq!(l.run_status("nope").unwrap(), None);
     assert!(matches!(l.set_run_status("nope", RunStatus::Running, None, 1), Err(Error::NotFound { .. })));
 }
 

@@ -200,6 +200,10 @@ impl Ledger for MemoryLedger {
         Ok(self.lock().runs.get(run_id).cloned())
     }
 
+    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
+        Ok(self.lock().runs.get(run_id).map(|run| run.status))
+    }
+
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         let mut inner = self.lock();
         let Some(run) = inner.runs.get_mut(run_id) else {

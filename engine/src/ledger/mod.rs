@@ -268,6 +268,10 @@ pub trait Ledger: Send + Sync {
     /// Creates the run unless a run with its id exists; returns whether it created it.
     fn create_run(&self, run: &RunRecord) -> Result<bool>;
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>>;
+    /// The status of a run, without copying its trigger (a restart asks this of every unfinished run).
+    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
+        Ok(self.get_run(run_id)?.map(|run| run.status))
+    }
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()>;
     /// Ids of runs that are pending or running, sorted.
     fn unfinished_runs(&self) -> Result<Vec<String>>;

@@ -678,6 +678,14 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT status FROM runs WHERE run_id = ?1").map_err(storage)?;
+            let status = stmt.query_row([run_id], |r| r.get::<_, String>(0)).optional().map_err(storage)?;
+            status.as_deref().map(parse_run_status).transpose()
+        })
+    }
+
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         self.write(|conn| {
             let mut stmt = conn
