@@ -51,7 +51,7 @@ impl Contacts {
             action_name: CREATE_CONTACT.into(),
             actions: vec![ActionSpec {
                 name: CREATE_CONTACT.into(),
-                class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.lag_bound_ms() },
+                class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.declared_lag_bound_ms() },
                 has_lookup: true,
                 lookup_lag_bound_ms: 0,
             }],

@@ -53,7 +53,7 @@ impl Ledgerly {
             action_name: RECORD_ENTRY.into(),
             actions: vec![ActionSpec {
                 name: RECORD_ENTRY.into(),
-                class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.lag_bound_ms() },
+                class: GuaranteeClass::LookupBeforeCreate { lag_bound_ms: profile.declared_lag_bound_ms() },
                 has_lookup: true,
                 lookup_lag_bound_ms: 0,
             }],

@@ -24,7 +24,7 @@ use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub const CREATE_CUSTOMER: &str = "create_customer";
@@ -65,9 +65,10 @@ struct KeyRecord {
     action: usize,
     inputs: Value,
     response: Stored,
-    stored_ms: u64,
     /// The first request's response leaves at this time; until then the key is in flight.
     completed_ms: u64,
+    /// This key's entry in [`Payments::expiry`]: (expiry time, sequence number).
+    expiry_slot: (u64, u64),
 }
 
 /// The payments API's state.
@@ -78,8 +79,9 @@ pub struct Payments {
     actions: Vec<ActionSpec>,
     retention_ms: u64,
     keys: BTreeMap<String, KeyRecord>,
-    /// Keys in the order stored, for expiry.
-    expiry: VecDeque<(u64, String)>,
+    /// Keys by (expiry time, sequence number), for expiry. A forgotten run's keys leave this index too, so memory is
+    /// bounded by the keys of unfinished runs rather than by everything stored in the last retention window.
+    expiry: BTreeMap<(u64, u64), String>,
     /// Each run's keys and object ids, so a finished run's records can be dropped.
     by_run: BTreeMap<String, RunRecords>,
     customers: SearchIndex,
@@ -96,7 +98,7 @@ impl Payments {
                 class: GuaranteeClass::Keyed { retention_ms },
                 has_lookup: true,
                 // Customer search by metadata lags like the rest of the search index.
-                lookup_lag_bound_ms: profile.lag_bound_ms(),
+                lookup_lag_bound_ms: profile.declared_lag_bound_ms(),
             },
             ActionSpec {
                 name: CHARGE.into(),
@@ -111,7 +113,7 @@ impl Payments {
             actions,
             retention_ms,
             keys: BTreeMap::new(),
-            expiry: VecDeque::new(),
+            expiry: BTreeMap::new(),
             by_run: BTreeMap::new(),
             customers: SearchIndex::default(),
             objects_by_id: BTreeMap::new(),
@@ -125,13 +127,12 @@ impl Payments {
     }
 
     fn expire(&mut self, now_ms: u64) {
-        while let Some((expires_ms, _)) = self.expiry.front() {
-            if *expires_ms > now_ms {
+        while let Some(entry) = self.expiry.first_entry() {
+            if entry.key().0 > now_ms {
                 break;
             }
-            let (_, key) = self.expiry.pop_front().expect("front exists");
-            // The key may have been forgotten with its run, or re-stored after an earlier expiry.
-            if self.keys.get(&key).is_some_and(|r| r.stored_ms + self.retention_ms <= now_ms) {
+            let (slot, key) = entry.remove_entry();
+            if self.keys.get(&key).is_some_and(|r| r.expiry_slot == slot) {
                 self.keys.remove(&key);
             }
         }
@@ -191,17 +192,19 @@ impl Payments {
             Stored::Applied(value) => Outcome::Applied(value.clone()),
             Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
         };
+        // `next_id` was bumped above for this key alone: a unique sequence number.
+        let expiry_slot = (cx.now_ms + self.retention_ms, self.next_id);
         self.keys.insert(
             idempotency_key.to_string(),
             KeyRecord {
                 action,
                 inputs: request.inputs.clone(),
                 response,
-                stored_ms: cx.now_ms,
                 completed_ms: cx.now_ms + cx.response_ms,
+                expiry_slot,
             },
         );
-        self.expiry.push_back((cx.now_ms + self.retention_ms, idempotency_key.to_string()));
+        self.expiry.insert(expiry_slot, idempotency_key.to_string());
         let run = self.by_run.entry(request.run_id.to_string()).or_default();
         run.keys.push(idempotency_key.to_string());
         run.objects.push(object_id.clone());
@@ -254,7 +257,9 @@ impl Api for Payments {
     fn forget_run(&mut self, run_id: &str) {
         let run = self.by_run.remove(run_id).unwrap_or_default();
         for key in run.keys {
-            self.keys.remove(&key);
+            if let Some(record) = self.keys.remove(&key) {
+                self.expiry.remove(&record.expiry_slot);
+            }
         }
         for object_id in run.objects {
             self.objects_by_id.remove(&object_id);

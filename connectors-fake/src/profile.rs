@@ -55,6 +55,11 @@ pub struct FaultProfile {
     pub rate_limit_per_s: u64,
     /// Webhook delivery knobs.
     pub webhooks: WebhookProfile,
+    /// The lag bound the connector's integration declares to the engine: how long after an attempt the engine waits
+    /// before a lookup may conclude "not created". Unset: the documented bound ([`FaultProfile::lag_bound_ms`]).
+    /// Setting it apart from the lag itself is what `flowsim sweep` does, to price the safeguard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookup_wait_ms: Option<u64>,
 }
 
 impl Default for FaultProfile {
@@ -77,6 +82,7 @@ impl Default for FaultProfile {
             key_retention_ms: DAY_MS,
             rate_limit_per_s: 0,
             webhooks: WebhookProfile::default(),
+            lookup_wait_ms: None,
         }
     }
 }
@@ -209,6 +215,11 @@ impl FaultProfile {
     /// The bound on read-after-write lag outside incidents: what a connector documents as its lag bound.
     pub fn lag_bound_ms(&self) -> u64 {
         self.lag_ms_tail_max.max(self.lag_ms_median)
+    }
+
+    /// The lag bound declared to the engine: `lookup_wait_ms` when set, else the documented bound.
+    pub fn declared_lag_bound_ms(&self) -> u64 {
+        self.lookup_wait_ms.unwrap_or_else(|| self.lag_bound_ms())
     }
 
     /// One read-after-write lag (see the module doc). Draws nothing when every lag knob is zero.

@@ -184,6 +184,10 @@ pub fn summary(results: &Results) -> String {
         "step latency (sim ms)",
         format!("p50 {} p90 {} p99 {} p99.9 {} max {}", l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms),
     );
+    if !results.crashes.is_empty() {
+        let causes: Vec<String> = results.crashes.iter().map(|(cause, n)| format!("{cause} {n}")).collect();
+        line(&mut out, "worker crashes", causes.join(", "));
+    }
     line(&mut out, "simulated time", format!("{:.0} s", results.simulated_seconds));
     line(&mut out, "trace hash", results.trace_hash.clone());
     line(&mut out, "wall time", format!("{:.2} s ({:.0} steps/s)", results.wall_seconds, results.steps_per_second));

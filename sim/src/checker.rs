@@ -434,11 +434,22 @@ impl Checker {
             .collect()
     }
 
-    pub fn duplicates(&self) -> Duplicates {
+    /// Duplicates by class. Under the rules (`residual_by_lookup`), a duplicate that a lookup missed because the
+    /// first effect was still invisible past the lag bound belongs to the residual class, `lookup-before-create`,
+    /// whatever the action's own class (a keyed action past its key retention falls back to its lookup). Under the
+    /// naive policy nothing looks anything up, so every duplicate stays with its action's class.
+    pub fn duplicates(&self, residual_by_lookup: bool) -> Duplicates {
         let mut d = Duplicates::default();
         for (i, c) in self.counters.iter().enumerate() {
             d.total += c.duplicates;
-            *d.by_class.entry(self.actions[i].class.clone()).or_default() += c.duplicates;
+            let residual = if residual_by_lookup { c.residual_duplicates } else { 0 };
+            let own = c.duplicates - residual;
+            if own > 0 || residual == 0 {
+                *d.by_class.entry(self.actions[i].class.clone()).or_default() += own;
+            }
+            if residual > 0 {
+                *d.by_class.entry(RESIDUAL_CLASS.to_owned()).or_default() += residual;
+            }
         }
         d
     }
@@ -462,6 +473,9 @@ impl Checker {
         &self.actions[index]
     }
 }
+
+/// The class the article's residual duplicates belong to: lookups that missed a write still invisible to reads.
+pub const RESIDUAL_CLASS: &str = "lookup-before-create";
 
 /// A write of a multi-write step reports its step id as `step#index`; plans are recorded per step.
 fn step_base(step_id: &str) -> &str {

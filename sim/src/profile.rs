@@ -31,6 +31,9 @@ pub struct WorldKnobs {
     /// Probability that a worker crashes at a given crash point (before a call, after a call before its outcome is
     /// recorded, between a plan and its first write, while planning, during webhook intake).
     pub crash_point_p: f64,
+    /// A restarted worker does not crash at a crash point until it has been up this long: a restart walks every run
+    /// of the worker past its crash points again, and without a grace period that turns into a crash storm.
+    pub crash_point_grace_ms: u64,
     /// Mean simulated seconds between network cuts between one worker and the fakes; 0 turns them off.
     pub cut_interval_s_mean: f64,
     pub cut_ms: u64,
@@ -48,6 +51,9 @@ pub struct WorldKnobs {
     pub lease_ms: u64,
     /// The bound on the heal phase: every run must be finished or paused by then (I8).
     pub heal_s_max: u64,
+    /// How long the front door keeps webhook inbox rows; an hourly housekeeping task drops older ones, as a
+    /// deployment would. Shorter than the senders' redelivery window, and a late redelivery starts a second run (I6).
+    pub webhook_retention_ms: u64,
 }
 
 impl Default for WorldKnobs {
@@ -61,6 +67,7 @@ impl Default for WorldKnobs {
             crash_interval_s_mean: 0.0,
             restart_delay_ms: 2_000,
             crash_point_p: 0.0,
+            crash_point_grace_ms: 1_000,
             cut_interval_s_mean: 0.0,
             cut_ms: 5_000,
             stall_interval_s_mean: 0.0,
@@ -71,6 +78,8 @@ impl Default for WorldKnobs {
             person_delay_ms: 600_000,
             lease_ms: 45_000,
             heal_s_max: 5 * 86_400,
+            // Four days: past the three days real senders redeliver for.
+            webhook_retention_ms: 4 * 86_400_000,
         }
     }
 }
@@ -235,6 +244,9 @@ fn set_path(value: &mut toml::Value, path: &str, new: toml::Value) -> Result<(),
     Ok(())
 }
 
+/// Connector knobs that may be left unset (their default is derived from other knobs).
+const OPTIONAL_CONNECTOR_KNOBS: &[&str] = &["lookup_wait_ms"];
+
 fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Error> {
     match (into, from) {
         (toml::Value::Table(into), toml::Value::Table(from)) => {
@@ -250,6 +262,10 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
                         }
                     }
                     None if at == "connectors" || at == "mix" => {
+                        into.insert(k.clone(), v.clone());
+                    }
+                    // Optional knobs are absent from the encoded base while unset.
+                    None if at.starts_with("connectors.") && OPTIONAL_CONNECTOR_KNOBS.contains(&k.as_str()) => {
                         into.insert(k.clone(), v.clone());
                     }
                     None => return Err(Error(format!("unknown knob {path}"))),

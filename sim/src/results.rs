@@ -42,6 +42,11 @@ pub struct ActionStats {
     pub effects: u64,
     /// Second and later effects for one key.
     pub duplicates: u64,
+    /// Of those, the ones a lookup missed because the first effect stayed invisible longer than the lag bound (the
+    /// article's residual class). Counted under `lookup-before-create` in [`Duplicates::by_class`] under the rules,
+    /// whatever the action's own class: a keyed action past its key retention falls back to its lookup.
+    #[serde(default)]
+    pub residual_duplicates: u64,
     pub calls: u64,
     pub lookups: u64,
     /// The lookup connector's visibility-lag bound, when it has one.
@@ -89,6 +94,9 @@ pub struct Results {
     pub actions: BTreeMap<String, ActionStats>,
     /// By invariant id (`I1` … `I10`).
     pub invariants: BTreeMap<String, InvariantResult>,
+    /// Worker crashes by cause: each crash point's name, and `random` for crashes at random times.
+    #[serde(default)]
+    pub crashes: BTreeMap<String, u64>,
     /// Every fault knob in force, after the seed filled the ones the profile left open.
     pub knobs: BTreeMap<String, serde_json::Value>,
     /// The command that reproduces this run exactly.
@@ -196,6 +204,9 @@ impl Results {
                 }
             }
         }
+        for (cause, count) in &other.crashes {
+            *self.crashes.entry(cause.clone()).or_default() += count;
+        }
         for (knob, theirs) in &other.knobs {
             match self.knobs.get_mut(knob) {
                 None => {
@@ -237,6 +248,7 @@ impl ActionStats {
         self.steps += other.steps;
         self.effects += other.effects;
         self.duplicates += other.duplicates;
+        self.residual_duplicates += other.residual_duplicates;
         self.calls += other.calls;
         self.lookups += other.lookups;
         if self.lag_bound_ms != other.lag_bound_ms {

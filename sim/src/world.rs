@@ -82,6 +82,8 @@ struct MonitorState {
     crash_point_p: f64,
     chaos: bool,
     extra_lookup_ms_total: u64,
+    /// Crashes by cause (crash point name, or `random`).
+    crashes: BTreeMap<String, u64>,
 }
 
 struct Monitor {
@@ -159,11 +161,17 @@ impl Observer for WorkerObserver {
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
         let crash = {
+            let now = self.world.monitor.clock.now_ms();
+            // A worker that has just restarted walks every one of its runs past their crash points again; without a
+            // grace period a high crash-point probability turns into a crash storm that never lets it work.
+            let settled = self.worker >= self.world.config.profile.world.workers
+                || now >= self.world.up_since_ms.lock().expect("up since")[self.worker as usize]
+                    + self.world.config.profile.world.crash_point_grace_ms;
             let mut state = self.world.monitor.lock();
             let p = state.crash_point_p;
-            let crash = state.chaos && p > 0.0 && state.crash_rng.chance(p);
+            let crash = state.chaos && p > 0.0 && settled && state.crash_rng.chance(p);
             if crash {
-                let now = self.world.monitor.clock.now_ms();
+                *state.crashes.entry(crash_point_name(point).to_owned()).or_default() += 1;
                 state.trace.record(
                     now,
                     "crash-point",
@@ -377,6 +385,8 @@ struct Shared {
     nodes: Mutex<Vec<Option<madsim::runtime::NodeHandle>>>,
     incarnations: Mutex<Vec<u32>>,
     down: Mutex<Vec<bool>>,
+    /// When each worker last came up (for the crash-point grace period).
+    up_since_ms: Mutex<Vec<u64>>,
     cut_until_ms: Mutex<Vec<u64>>,
     /// Live drivers of each run; a run is finished only when its last live driver ends.
     drivers: Mutex<BTreeMap<String, Vec<Driver>>>,
@@ -393,6 +403,8 @@ struct Shared {
     webhook_starts: Mutex<BTreeMap<String, ChangeDeliveries>>,
     /// The front door engine (set once the world is built).
     api: Mutex<Option<Arc<Engine>>>,
+    /// The built-in workflows, parsed once: every worker incarnation registers copies (a restart must not re-parse).
+    workflows: Vec<engine::workflow::Workflow>,
 }
 
 /// I6 bookkeeping for one change: its event ids and how many runs their deliveries started.
@@ -447,6 +459,7 @@ impl Shared {
             }
             down[worker as usize] = false;
         }
+        self.up_since_ms.lock().expect("up since")[worker as usize] = self.monitor.clock.now_ms();
         self.monitor.world_event("worker-restarted", &[Field::U64(worker as u64)]);
         let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
@@ -457,6 +470,7 @@ impl Shared {
     fn engine_for(self: &Arc<Self>, worker: u32, incarnation: u32) -> Engine {
         let world = &self.config.profile.world;
         let mut config = EngineConfig::new(format!("worker-{worker}.{incarnation}"));
+        config.webhook_retention_ms = world.webhook_retention_ms;
         config.policy = self.config.policy;
         config.seed = self.config.seed;
         config.lease_ms = world.lease_ms;
@@ -467,8 +481,8 @@ impl Shared {
             engine.register_connector(Arc::new(WorkerLink { inner: connector, worker, world: self.clone() }));
         }
         engine.register_planner(workflows::PLANNER, self.fakes.planner());
-        for workflow in workflows::compiled_for(&self.config.profile) {
-            engine.register_workflow(workflow).unwrap_or_else(|e| panic!("a built-in workflow is invalid: {e}"));
+        for workflow in &self.workflows {
+            engine.register_workflow(workflow.clone()).unwrap_or_else(|e| panic!("a built-in workflow is invalid: {e}"));
         }
         engine
     }
@@ -618,8 +632,8 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
 fn start_drive(world: &Arc<Shared>, engine: &Arc<Engine>, me: Driver, run_id: String) {
     // Finished runs are forgotten; a late mailbox message for one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
-    match world.ledger.get_run(&run_id) {
-        Ok(Some(run)) if !run.status.is_terminal() && run.status != RunStatus::Paused => {}
+    match world.ledger.run_status(&run_id) {
+        Ok(Some(status)) if !status.is_terminal() && status != RunStatus::Paused => {}
         Ok(_) => return,
         Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
     }
@@ -634,7 +648,8 @@ fn start_drive(world: &Arc<Shared>, engine: &Arc<Engine>, me: Driver, run_id: St
     let world = world.clone();
     let engine = engine.clone();
     tokio::spawn(async move {
-        let status = match engine.drive(&run_id).await {
+        // Boxed: the drive's state machine is large, and this task is spawned (and copied) on every restart.
+        let status = match Box::pin(engine.drive(&run_id)).await {
             Ok(status) => status,
             Err(e) => {
                 world.engine_error(format!("drive {run_id}: {e}"));
@@ -884,6 +899,9 @@ async fn crash_randomly(world: Arc<Shared>) {
             return;
         }
         let worker = rng.range(0, knobs.workers as u64) as u32;
+        if !world.down.lock().expect("down")[worker as usize] {
+            *world.monitor.lock().crashes.entry("random".to_owned()).or_default() += 1;
+        }
         world.crash_worker(worker);
     }
 }
@@ -933,6 +951,32 @@ async fn stall_randomly(world: Arc<Shared>) {
     }
 }
 
+/// Housekeeping, every simulated minute.
+///
+/// - As a deployment runs it: every simulated hour the front door drops inbox rows older than the retention, so the
+///   ledger's memory stays bounded over a simulated month.
+/// - For the simulator itself: madsim keeps a weak reference to every task ever spawned on a node until the node is
+///   killed or the tasks are counted; the supervisor is never killed and spawns every webhook delivery, so its list
+///   would grow with the run. Counting them drops the dead ones (it draws nothing from the seeded RNG).
+async fn housekeeping(world: Arc<Shared>, api: Arc<Engine>) {
+    const TICK_MS: u64 = 60_000;
+    const TICKS_PER_EXPIRY: u64 = 60;
+    let mut tick: u64 = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(TICK_MS)).await;
+        tick += 1;
+        let _ = madsim::runtime::Handle::current().metrics().num_tasks();
+        if !tick.is_multiple_of(TICKS_PER_EXPIRY) {
+            continue;
+        }
+        match api.expire_webhooks() {
+            Ok(0) => {}
+            Ok(expired) => world.monitor.world_event("inbox-expired", &[Field::U64(expired)]),
+            Err(e) => world.engine_error(format!("expire webhook inbox: {e}")),
+        }
+    }
+}
+
 /// Runs one simulation to the end of its heal phase. Must be called inside a madsim runtime.
 async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let handle = madsim::runtime::Handle::current();
@@ -960,6 +1004,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
             crash_point_p: config.profile.world.crash_point_p,
             chaos: true,
             extra_lookup_ms_total: 0,
+            crashes: BTreeMap::new(),
         }),
         clock,
     });
@@ -975,6 +1020,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         nodes: Mutex::new(vec![None; workers as usize]),
         incarnations: Mutex::new(vec![0; workers as usize + 1]),
         down: Mutex::new(vec![false; workers as usize]),
+        up_since_ms: Mutex::new(vec![0; workers as usize]),
         cut_until_ms: Mutex::new(vec![0; workers as usize]),
         drivers: Mutex::new(BTreeMap::new()),
         runs_in_flight: AtomicU64::new(0),
@@ -986,6 +1032,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         supervisor: Mutex::new(None),
         webhook_starts: Mutex::new(BTreeMap::new()),
         api: Mutex::new(None),
+        workflows: workflows::compiled_for(&config.profile),
         config,
     });
     let supervisor = handle.create_node().name("supervisor").build();
@@ -1006,6 +1053,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         supervisor.spawn(cut_randomly(world.clone())),
         supervisor.spawn(stall_randomly(world.clone())),
     ];
+    supervisor.spawn(housekeeping(world.clone(), api.clone()));
     supervisor.spawn(generate(world.clone(), api.clone())).await.expect("the traffic generator does not panic");
 
     // Heal phase: faults off, every worker up; every run must end (or pause) within `heal_s_max`.
@@ -1074,6 +1122,7 @@ fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> 
                 steps: counters.steps,
                 effects: counters.effects,
                 duplicates: counters.duplicates,
+                residual_duplicates: counters.residual_duplicates,
                 calls: counters.calls,
                 lookups: counters.lookups,
                 lag_bound_ms: info.lag_bound_ms,
@@ -1089,7 +1138,7 @@ fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> 
         runs: checker.runs_finished + checker.runs_in_flight() as u64,
         trace_hash: state.trace.hash_hex(),
         effects: checker.effects,
-        duplicates: checker.duplicates(),
+        duplicates: checker.duplicates(config.policy == Policy::Rules),
         paused_runs: checker.runs_paused,
         failed_runs: checker.runs_failed,
         runs_with_visible_retry: checker.runs_with_visible_retry,
@@ -1099,6 +1148,7 @@ fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> 
         latency: checker.latency(),
         actions,
         invariants: checker.invariants(false),
+        crashes: state.crashes.clone(),
         knobs: crate::profile::knobs(&config.profile),
         repro: config.repro.clone(),
         merged_runs: 1,
