@@ -56,6 +56,8 @@ enum Command {
     },
     /// The release gate: the catalogue × seeds against a budget file (see docs/gate.md).
     Check(crate::check::CheckArgs),
+    /// The lookup safeguard's trade-off: residual duplicates and step latency at several declared lag bounds.
+    Sweep(crate::sweep::SweepArgs),
     /// The duplicate-rate report (report.md, report.html, report.json) from results files.
     Report(crate::report_cmd::ReportArgs),
     /// The scenario catalogue, one line each.
@@ -137,6 +139,7 @@ pub fn main() -> i32 {
             0
         }
         Command::Check(args) => crate::check::main(&args),
+        Command::Sweep(args) => crate::sweep::main(&args),
         Command::Report(args) => crate::report_cmd::main(&args),
         Command::Canon => canon(),
         Command::Key { run, step, volatile } => key(&run, &step, &volatile),

@@ -6,3 +6,4 @@ pub mod cli;
 pub mod report_cmd;
 pub mod run;
 pub mod search;
+pub mod sweep;

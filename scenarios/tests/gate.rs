@@ -2,42 +2,9 @@
 //! case). Under `cargo sim-test -p scenarios` the binary has the madsim cfg and the gate really runs; in a normal
 //! build only the refusal (exit 2, naming `cargo flowsim`) is tested, because that binary cannot simulate.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-struct Output {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn flowsim(args: &[&str]) -> Output {
-    // The repository root, so the default budget file `budgets/release.toml` is found as in CI.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = Command::new(env!("CARGO_BIN_EXE_flowsim"))
-        .args(args)
-        .current_dir(root)
-        .env("CI", "1")
-        .output()
-        .expect("the flowsim binary runs");
-    Output {
-        code: output.status.code().expect("flowsim exits with a code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
-
-/// A temporary directory named for the test, emptied first.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flowsim-gate-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
-}
+use common::{flowsim, path_str, temp_dir};
 
 const GOOD_BUDGETS: &str = "invariant_violations_max = 0\nkeyed_duplicates_max = 0\nat_most_once_duplicates_max = 0\n\
                             residual_rate_upper_95_max = 1.0\n";
@@ -92,7 +59,9 @@ fn check_without_the_simulation_cfg_exits_2_naming_the_alias() {
 
 #[cfg(madsim)]
 mod simulated {
+    use super::common::Output;
     use super::*;
+    use std::path::Path;
 
     /// Steps per case of the tiny gate: enough for every scenario to reach its connectors, small enough for a debug
     /// build of the simulation.

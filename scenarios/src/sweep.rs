@@ -1,0 +1,385 @@
+//! `flowsim sweep`: the price of the lookup safeguard, measured.
+//!
+//! A lookup-before-create connector is safe only if the engine waits out the connector's read-after-write lag before
+//! a lookup may conclude "not created". The wait is the lag bound the integration declares (the knob
+//! `connectors.NAME.lookup_wait_ms`; unset, the documented bound). A longer bound leaves fewer writes still invisible
+//! at the lookup (fewer residual duplicates) and makes every step that needs the lookup slower. The sweep runs one
+//! scenario at several bounds and seeds and prints both sides, with exact intervals, so a team can pick its bound
+//! with numbers.
+//!
+//! For each bound it writes `bound-<ms>.toml` (the scenario with the bound set: a profile file `flowsim run
+//! --scenario` takes, so every point replays on its own) and `bound-<ms>.json` (the seeds' results merged), and it
+//! writes `sweep.md` with the table. `flowsim report --out DIR DIR/bound-*.json` charts residual duplicates against
+//! the bound.
+
+use sim::results::Results;
+use std::path::PathBuf;
+
+/// The arguments of `flowsim sweep`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SweepArgs {
+    /// A catalogue name or a profile file: the lag and fault profile the bounds are tried against.
+    #[arg(long, default_value = "lookup-lag-over-bound")]
+    pub scenario: String,
+    /// The lookup connector whose declared lag bound is swept.
+    #[arg(long, default_value = "ledgerly")]
+    pub connector: String,
+    /// The bounds to try, in simulated milliseconds, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,5000,30000,120000,600000,3600000")]
+    pub bounds_ms: Vec<u64>,
+    /// Seeds per bound (`1..=seeds`); the same seeds for every bound.
+    #[arg(long, default_value_t = 3)]
+    pub seeds: u64,
+    /// Steps per simulation.
+    #[arg(long, default_value_t = 50_000)]
+    pub steps: u64,
+    /// Simulations run at once, each on its own thread.
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// The directory for the profile files, results and `sweep.md`.
+    #[arg(long, default_value = "sweep")]
+    pub out: PathBuf,
+}
+
+/// The scenario text with `connectors.<connector>.lookup_wait_ms = bound_ms` set (merged into the TOML, so a scenario
+/// that already configures the connector keeps its other knobs). Errors name the problem.
+pub fn profile_text(scenario_text: &str, connector: &str, bound_ms: u64) -> Result<String, String> {
+    let mut table: toml::Table = scenario_text.parse().map_err(|e| format!("the scenario is not TOML: {e}"))?;
+    let connectors = table
+        .entry("connectors")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .ok_or("`connectors` in the scenario is not a table")?;
+    let knobs = connectors
+        .entry(connector)
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .ok_or_else(|| format!("`connectors.{connector}` in the scenario is not a table"))?;
+    let bound = i64::try_from(bound_ms).map_err(|_| format!("bound {bound_ms} ms is too large"))?;
+    knobs.insert("lookup_wait_ms".to_owned(), toml::Value::Integer(bound));
+    let body = toml::to_string(&table).map_err(|e| format!("cannot write the profile: {e}"))?;
+    Ok(format!("# flowsim sweep: {connector}'s declared lag bound set to {bound_ms} ms\n{body}"))
+}
+
+/// One row of the sweep table: one bound, every seed merged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub bound_ms: u64,
+    /// Steps of the swept connector's lookup actions, and their duplicates (all residual when the invariants hold).
+    pub steps: u64,
+    pub duplicates: u64,
+    pub rate: reports::Rate,
+    /// Step latency over every action (simulated ms; the largest of the seeds' percentiles).
+    pub p99_ms: u64,
+    pub p999_ms: u64,
+    /// Lookups made, and the mean simulated time one took (the read itself, not the wait before it).
+    pub lookups: u64,
+    pub invariants_hold: bool,
+}
+
+/// The table row of one bound's merged results.
+pub fn row(bound_ms: u64, connector: &str, results: &Results) -> Result<Row, String> {
+    let prefix = format!("{connector}.");
+    let (steps, duplicates, lookups) = results
+        .actions
+        .iter()
+        .filter(|(name, stats)| name.starts_with(&prefix) && stats.lag_bound_ms.is_some())
+        .fold((0, 0, 0), |(s, d, l), (_, stats)| (s + stats.steps, d + stats.duplicates, l + stats.lookups));
+    let rate = reports::Rate::new(duplicates, steps).map_err(|e| format!("bound {bound_ms} ms: {e}"))?;
+    Ok(Row {
+        bound_ms,
+        steps,
+        duplicates,
+        rate,
+        p99_ms: results.latency.p99_ms,
+        p999_ms: results.latency.p999_ms,
+        lookups,
+        invariants_hold: results.all_hold(),
+    })
+}
+
+/// The sweep table in Markdown.
+pub fn table(scenario: &str, connector: &str, seeds: u64, steps: u64, rows: &[Row]) -> String {
+    let mut out = format!(
+        "# Lookup safeguard sweep: `{connector}` in `{scenario}`\n\n{seeds} seeds × {steps} steps per bound. \
+         Duplicates are per step of `{connector}`'s lookup actions, with the exact (Clopper–Pearson) 95 % interval \
+         and one-sided upper bound. Latency is over every step, in simulated time.\n\n\
+         | declared bound | steps | duplicates | per million (95 % CI) | upper bound per million | step p99 | step p99.9 | lookups | invariants |\n\
+         |---:|---:|---:|---|---:|---:|---:|---:|---|\n"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.1} ({:.1}–{:.1}) | {:.1} | {} | {} | {} | {} |\n",
+            duration(r.bound_ms),
+            r.steps,
+            r.duplicates,
+            r.rate.point * 1e6,
+            r.rate.interval_95.low * 1e6,
+            r.rate.interval_95.high * 1e6,
+            r.rate.upper_95 * 1e6,
+            duration(r.p99_ms),
+            duration(r.p999_ms),
+            r.lookups,
+            if r.invariants_hold { "hold" } else { "BROKEN" },
+        ));
+    }
+    out
+}
+
+/// `90 s`, `2 min`, `1 h`, `350 ms`: the unit that reads best.
+fn duration(ms: u64) -> String {
+    match ms {
+        0 => "0".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{} min", ms / 60_000),
+        ms if ms >= 10_000 => format!("{:.0} s", ms as f64 / 1000.0),
+        ms if ms >= 1_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// Checks the arguments; errors name the problem (exit 2).
+pub fn validate(args: &SweepArgs) -> Result<(), String> {
+    if args.bounds_ms.is_empty() {
+        return Err("--bounds-ms needs at least one bound".into());
+    }
+    let mut sorted = args.bounds_ms.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != args.bounds_ms.len() {
+        return Err("--bounds-ms lists a bound twice".into());
+    }
+    if args.seeds == 0 || args.seeds > crate::check::SEEDS_MAX {
+        return Err(format!("--seeds must be between 1 and {}", crate::check::SEEDS_MAX));
+    }
+    if args.steps == 0 {
+        return Err("--steps must be at least 1".into());
+    }
+    if args.jobs == 0 || args.jobs > crate::check::JOBS_MAX {
+        return Err(format!("--jobs must be between 1 and {}", crate::check::JOBS_MAX));
+    }
+    if !sim::workflows::CONNECTOR_NAMES.contains(&args.connector.as_str()) {
+        return Err(format!(
+            "unknown connector {:?}; known: {}",
+            args.connector,
+            sim::workflows::CONNECTOR_NAMES.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The scenario's text: a catalogue entry's, or a file's.
+#[cfg(madsim)]
+fn scenario_text(scenario: &str) -> Result<String, String> {
+    match crate::catalogue::find(scenario) {
+        Some(s) => Ok(s.text.to_owned()),
+        None => std::fs::read_to_string(scenario)
+            .map_err(|e| format!("no scenario named {scenario:?} in the catalogue, and the file cannot be read: {e}")),
+    }
+}
+
+/// Runs `flowsim sweep`; returns the exit code (1 if an invariant broke at some bound).
+pub fn main(args: &SweepArgs) -> i32 {
+    match validate(args).and_then(|()| sweep(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("flowsim sweep: {e}");
+            2
+        }
+    }
+}
+
+#[cfg(not(madsim))]
+fn sweep(_args: &SweepArgs) -> Result<i32, String> {
+    Err("this binary was built without `--cfg madsim`, so it cannot simulate. Run it through the cargo alias: \
+         `cargo flowsim sweep ...` (and check that RUSTFLAGS is not set: it overrides the alias's cfg)"
+        .into())
+}
+
+#[cfg(madsim)]
+fn sweep(args: &SweepArgs) -> Result<i32, String> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let text = scenario_text(&args.scenario)?;
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    // Write every point's profile file first: a bad scenario fails before any simulation runs.
+    let mut files = Vec::new();
+    for &bound in &args.bounds_ms {
+        let path = args.out.join(format!("bound-{bound}.toml"));
+        let profile = profile_text(&text, &args.connector, bound)?;
+        std::fs::write(&path, profile).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        crate::run::prepare(path.to_str().ok_or("the output path is not UTF-8")?, 1, Some(args.steps))?;
+        files.push(path);
+    }
+    let points: Vec<(usize, u64)> =
+        (0..files.len()).flat_map(|b| (1..=args.seeds).map(move |seed| (b, seed))).collect();
+    println!(
+        "flowsim sweep: {} in {}: {} bounds × {} seeds × {} steps on {} threads",
+        args.connector,
+        args.scenario,
+        files.len(),
+        args.seeds,
+        args.steps,
+        args.jobs
+    );
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<Results, String>>>> = points.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs.min(points.len()) {
+            std::thread::Builder::new()
+                .name("flowsim-sweep".into())
+                .spawn_scoped(scope, || {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&(b, seed)) = points.get(i) else { break };
+                        let scenario = files[b].to_str().expect("checked UTF-8 above").to_owned();
+                        let outcome = crate::run::prepare(&scenario, seed, Some(args.steps)).map(|prepared| {
+                            let run_args = crate::run::RunArgs {
+                                scenario,
+                                seed,
+                                steps: Some(args.steps),
+                                policy: engine::executor::Policy::Rules,
+                                ledger: "memory".into(),
+                                jobs: 1,
+                                json: None,
+                                trace: None,
+                                trace_run: None,
+                                check_determinism: false,
+                                quiet: true,
+                            };
+                            crate::run::execute(&run_args, &prepared, false).0
+                        });
+                        println!("  bound {} ms seed {seed} done", args.bounds_ms[b]);
+                        *slots[i].lock().expect("no sweep thread panicked holding a slot") = Some(outcome);
+                    }
+                })
+                .expect("a sweep thread starts");
+        }
+    });
+    let mut by_bound: Vec<Vec<Results>> = vec![Vec::new(); files.len()];
+    for ((b, _), slot) in points.iter().zip(slots) {
+        let outcome = slot.into_inner().expect("no sweep thread panicked").expect("every point ran");
+        by_bound[*b].push(outcome?);
+    }
+    let mut rows = Vec::new();
+    for (b, results) in by_bound.iter().enumerate() {
+        let merged = Results::merge_all(results.iter()).expect("at least one seed per bound");
+        let path = args.out.join(format!("bound-{}.json", args.bounds_ms[b]));
+        let json = serde_json::to_string_pretty(&merged).expect("results serialise");
+        std::fs::write(&path, json + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        rows.push(row(args.bounds_ms[b], &args.connector, &merged)?);
+    }
+    let table = table(&args.scenario, &args.connector, args.seeds, args.steps, &rows);
+    let path = args.out.join("sweep.md");
+    std::fs::write(&path, &table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("{table}");
+    println!(
+        "wrote {} (and bound-*.toml, bound-*.json); chart it with: cargo flowsim report --out {}/report {}/bound-*.json",
+        path.display(),
+        args.out.display(),
+        args.out.display()
+    );
+    Ok(if rows.iter().all(|r| r.invariants_hold) { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_text_merges_into_an_existing_connector_table() {
+        let text = "[mix]\ncheckout = 1.0\n[connectors.ledgerly]\nincident_p = 0.05\n";
+        let out = profile_text(text, "ledgerly", 30_000).unwrap();
+        let table: toml::Table = out.parse().unwrap();
+        let ledgerly = &table["connectors"]["ledgerly"];
+        assert_eq!(ledgerly["incident_p"].as_float(), Some(0.05));
+        assert_eq!(ledgerly["lookup_wait_ms"].as_integer(), Some(30_000));
+        assert_eq!(table["mix"]["checkout"].as_float(), Some(1.0));
+    }
+
+    #[test]
+    fn profile_text_adds_the_connector_table_when_missing() {
+        let out = profile_text("[world]\nworkers = 2\n", "contacts", 0).unwrap();
+        let table: toml::Table = out.parse().unwrap();
+        assert_eq!(table["connectors"]["contacts"]["lookup_wait_ms"].as_integer(), Some(0));
+        assert_eq!(table["world"]["workers"].as_integer(), Some(2));
+    }
+
+    #[test]
+    fn profile_text_names_a_bad_scenario() {
+        assert!(profile_text("connectors = 3\n", "ledgerly", 1).unwrap_err().contains("not a table"));
+        assert!(profile_text("[[", "ledgerly", 1).unwrap_err().contains("not TOML"));
+    }
+
+    #[test]
+    fn swept_profile_resolves_with_the_declared_bound() {
+        let text = crate::catalogue::find("lookup-lag-over-bound").unwrap().text;
+        let spec = crate::catalogue::parse(&profile_text(text, "ledgerly", 45_000).unwrap(), "t").unwrap();
+        let profile = sim::profile::resolve(&crate::catalogue::base_for(&spec), &spec, 1, true).unwrap();
+        let ledgerly = &profile.connectors["ledgerly"];
+        assert_eq!(ledgerly.lookup_wait_ms, Some(45_000));
+        assert_eq!(ledgerly.declared_lag_bound_ms(), 45_000);
+        // Unset, the declared bound is the documented one.
+        let plain = crate::run::prepare("lookup-lag-over-bound", 1, None).unwrap().profile;
+        assert_eq!(plain.connectors["ledgerly"].lookup_wait_ms, None);
+        assert_eq!(plain.connectors["ledgerly"].declared_lag_bound_ms(), plain.connectors["ledgerly"].lag_bound_ms());
+    }
+
+    #[test]
+    fn row_counts_only_the_swept_connectors_lookup_actions() {
+        let mut results = Results::default();
+        let stats = |steps, duplicates, bound: Option<u64>| sim::results::ActionStats {
+            steps,
+            duplicates,
+            lag_bound_ms: bound,
+            lookups: steps,
+            ..Default::default()
+        };
+        results.actions.insert("ledgerly.record_entry".into(), stats(1_000_000, 3, Some(30_000)));
+        results.actions.insert("contacts.create_contact".into(), stats(500, 9, Some(10_000)));
+        results.actions.insert("ledgerly.other".into(), stats(7, 7, None));
+        let r = row(30_000, "ledgerly", &results).unwrap();
+        assert_eq!((r.steps, r.duplicates, r.lookups), (1_000_000, 3, 1_000_000));
+        assert!((r.rate.point - 3e-6).abs() < 1e-12);
+        assert!(r.rate.upper_95 > r.rate.point);
+        let md = table("s", "ledgerly", 2, 10, &[r]);
+        assert!(md.contains("| 30 s | 1000000 | 3 | 3.0 ("), "{md}");
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(duration(0), "0");
+        assert_eq!(duration(350), "350 ms");
+        assert_eq!(duration(5_000), "5.0 s");
+        assert_eq!(duration(30_000), "30 s");
+        assert_eq!(duration(120_000), "2 min");
+        assert_eq!(duration(3_600_000), "1 h");
+        assert_eq!(duration(90_400), "90 s");
+    }
+
+    #[test]
+    fn bad_arguments_are_named() {
+        let good = SweepArgs {
+            scenario: "lookup-lag-over-bound".into(),
+            connector: "ledgerly".into(),
+            bounds_ms: vec![0, 1000],
+            seeds: 1,
+            steps: 10,
+            jobs: 1,
+            out: "x".into(),
+        };
+        assert!(validate(&good).is_ok());
+        let bad = |f: fn(&mut SweepArgs), needle: &str| {
+            let mut a = good.clone();
+            f(&mut a);
+            let e = validate(&a).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        };
+        bad(|a| a.bounds_ms.clear(), "at least one bound");
+        bad(|a| a.bounds_ms = vec![5, 5], "twice");
+        bad(|a| a.seeds = 0, "--seeds");
+        bad(|a| a.steps = 0, "--steps");
+        bad(|a| a.jobs = 0, "--jobs");
+        bad(|a| a.connector = "nope".into(), "unknown connector");
+    }
+}
