@@ -49,7 +49,7 @@ fn error(workflow: &str, step: &str, field: &str, message: impl Into<String>) ->
 #[serde(deny_unknown_fields)]
 pub struct WorkflowDef {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub steps: Vec<StepDef>,
 }
@@ -59,15 +59,15 @@ pub struct WorkflowDef {
 #[serde(deny_unknown_fields)]
 pub struct StepDef {
     pub id: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writes: Option<Vec<WriteDef>>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planner: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volatile: Vec<String>,
 }
 

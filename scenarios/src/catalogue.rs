@@ -227,7 +227,7 @@ pub fn base_profile(with_canary: bool) -> Profile {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
-    Profile { world: WorldKnobs::default(), mix, connectors }
+    Profile { world: WorldKnobs::default(), mix, connectors, workflows: BTreeMap::new() }
 }
 
 pub fn find(name: &str) -> Option<&'static Scenario> {

@@ -73,8 +73,12 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
     }
     let profile = profile::resolve(&base, &spec, seed, true).map_err(|e| format!("{name}: {e}"))?;
     for workflow in profile.mix.keys() {
-        if !sim::workflows::is_workflow(workflow) {
-            let names: Vec<&str> = sim::workflows::WORKFLOWS.iter().map(|(n, _)| *n).collect();
+        if !sim::workflows::is_workflow_in(&profile, workflow) {
+            let names: Vec<&str> = sim::workflows::WORKFLOWS
+                .iter()
+                .map(|(n, _)| *n)
+                .chain(profile.workflows.keys().map(String::as_str))
+                .collect();
             return Err(format!("{name}: unknown workflow {workflow:?} in [mix]; known: {}", names.join(", ")));
         }
     }

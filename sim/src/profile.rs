@@ -93,6 +93,10 @@ pub struct Profile {
     pub mix: BTreeMap<String, f64>,
     /// Connector name → its fault profile.
     pub connectors: BTreeMap<String, FaultProfile>,
+    /// Workflows the profile defines beside the built-in ones, by name, in the engine's workflow format
+    /// (`[workflows.NAME]` with `name = "NAME"` and `[[workflows.NAME.steps]]`); the mix may name them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub workflows: BTreeMap<String, engine::workflow::WorkflowDef>,
 }
 
 /// How an open knob is drawn: uniformly from `[low, high]`, with probability `zero_p` of being exactly zero (so
@@ -175,6 +179,7 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
         fault.validate().map_err(|e| Error(format!("connectors.{name}: {e}")))?;
     }
     validate_world(&profile)?;
+    crate::workflows::validate_defined(&profile).map_err(Error)?;
     Ok(profile)
 }
 
@@ -261,7 +266,11 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
                             _ => v.clone(),
                         }
                     }
-                    None if at == "connectors" || at == "mix" => {
+                    None if at == "connectors"
+                        || at == "mix"
+                        || at == "workflows"
+                        || (at.is_empty() && k == "workflows") =>
+                    {
                         into.insert(k.clone(), v.clone());
                     }
                     // Optional knobs are absent from the encoded base while unset.

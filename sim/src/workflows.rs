@@ -13,7 +13,7 @@ use engine::clock::Clock;
 use engine::connector::{BoxFuture, Connector, GuaranteeClass};
 use engine::executor::{PlannedAction, Planner, Policy};
 use engine::ledger::Ledger;
-use engine::workflow::Workflow;
+use engine::workflow::{StepKind, Workflow};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -113,9 +113,82 @@ inputs = { email = "{{trigger.email}}" }
     ),
 ];
 
-/// Steps that must record a plan before their first write.
-pub fn plan_steps() -> BTreeSet<String> {
-    ["setup", "triage"].into_iter().map(str::to_owned).collect()
+/// Steps that must record a plan before their first write: the built-in ones and the profile's multi-write and agent
+/// steps.
+pub fn plan_steps(profile: &Profile) -> BTreeSet<String> {
+    let mut steps: BTreeSet<String> = ["setup", "triage"].into_iter().map(str::to_owned).collect();
+    for def in profile.workflows.values() {
+        steps.extend(def.steps.iter().filter(|s| s.writes.is_some() || s.planner.is_some()).map(|s| s.id.clone()));
+    }
+    steps
+}
+
+/// The connectors the fake planner proposes writes on: an agent step needs them all.
+const PLANNER_CONNECTORS: &[&str] = &["contacts", "email", "payments"];
+
+/// Checks the workflows a profile defines: each compiles, is named as its key, does not shadow a built-in workflow,
+/// uses only actions of the profile's connectors and the fake planner, and uses step ids no other workflow uses (the
+/// checker knows steps by id). Errors name the workflow and what is wrong.
+pub fn validate_defined(profile: &Profile) -> Result<(), String> {
+    if profile.workflows.is_empty() {
+        return Ok(());
+    }
+    let actions = action_infos(profile);
+    let mut owners: BTreeMap<String, String> = BTreeMap::new();
+    for (name, text) in WORKFLOWS {
+        let builtin = Workflow::from_toml(text).map_err(|e| format!("built-in workflow {name} is invalid: {e}"))?;
+        for step in builtin.steps {
+            owners.insert(step.id, (*name).to_owned());
+        }
+    }
+    for (name, def) in &profile.workflows {
+        let at = format!("workflows.{name}");
+        if is_workflow(name) {
+            return Err(format!("{at}: {name:?} is a built-in workflow; give yours another name"));
+        }
+        if def.name != *name {
+            return Err(format!("{at}: its `name` is {:?}; it must be {name:?}, the table's key", def.name));
+        }
+        let compiled = Workflow::compile(def).map_err(|e| format!("{at}: {e}"))?;
+        for step in &compiled.steps {
+            let used: Vec<&str> = match &step.kind {
+                StepKind::Action { action, .. } => vec![action.as_str()],
+                StepKind::Writes(writes) => writes.iter().map(|(a, _)| a.as_str()).collect(),
+                StepKind::Agent { planner, .. } => {
+                    if planner != PLANNER {
+                        return Err(format!("{at}, step {:?}: the only planner is {PLANNER:?}", step.id));
+                    }
+                    let missing: Vec<&&str> =
+                        PLANNER_CONNECTORS.iter().filter(|c| !profile.connectors.contains_key(**c)).collect();
+                    if !missing.is_empty() {
+                        return Err(format!(
+                            "{at}, step {:?}: the planner proposes writes on {}, and the profile lacks {missing:?}",
+                            step.id,
+                            PLANNER_CONNECTORS.join(", ")
+                        ));
+                    }
+                    Vec::new()
+                }
+            };
+            for action in used {
+                if !actions.contains_key(action) {
+                    let known: Vec<&str> = actions.keys().map(String::as_str).collect();
+                    return Err(format!(
+                        "{at}, step {:?}: unknown action {action:?}; the profile's connectors have: {}",
+                        step.id,
+                        known.join(", ")
+                    ));
+                }
+            }
+            if let Some(owner) = owners.insert(step.id.clone(), name.clone()) {
+                return Err(format!(
+                    "{at}: step id {:?} is used by workflow {owner:?} too; step ids must be unique across workflows",
+                    step.id
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The connectors each workflow needs.
@@ -132,14 +205,19 @@ fn connectors_of(workflow: &str) -> &'static [&'static str] {
 }
 
 /// The workflows a profile's connectors can run, compiled.
+///
+/// Then the profile's own workflows (checked by [`validate_defined`] when the profile was resolved).
 pub fn compiled_for(profile: &Profile) -> Vec<Workflow> {
-    WORKFLOWS
+    let builtin = WORKFLOWS
         .iter()
         .filter(|(name, _)| connectors_of(name).iter().all(|c| profile.connectors.contains_key(*c)))
         .map(|(name, text)| {
             Workflow::from_toml(text).unwrap_or_else(|e| panic!("built-in workflow {name} is invalid: {e}"))
-        })
-        .collect()
+        });
+    let defined = profile.workflows.iter().map(|(name, def)| {
+        Workflow::compile(def).unwrap_or_else(|e| panic!("workflow {name} was validated with the profile: {e}"))
+    });
+    builtin.chain(defined).collect()
 }
 
 /// Is `name` a built-in workflow?
@@ -147,8 +225,26 @@ pub fn is_workflow(name: &str) -> bool {
     WORKFLOWS.iter().any(|(n, _)| *n == name)
 }
 
-/// The writes a run of `workflow` is expected to make (for pacing the traffic to a step budget).
-pub fn expected_writes(workflow: &str) -> u64 {
+/// Is `name` a workflow this profile can run (built-in or defined by the profile)?
+pub fn is_workflow_in(profile: &Profile, name: &str) -> bool {
+    is_workflow(name) || profile.workflows.contains_key(name)
+}
+
+/// The writes a run of `workflow` is expected to make (for pacing the traffic to a step budget): a defined
+/// workflow's action steps count one, multi-write steps their writes, agent steps two (the planner's mean).
+pub fn expected_writes(profile: &Profile, workflow: &str) -> u64 {
+    if let Some(def) = profile.workflows.get(workflow) {
+        return def
+            .steps
+            .iter()
+            .map(|s| match (&s.writes, &s.planner) {
+                (Some(writes), _) => writes.len() as u64,
+                (None, Some(_)) => 2,
+                (None, None) => 1,
+            })
+            .sum::<u64>()
+            .max(1);
+    }
     match workflow {
         "signup" | "checkout" | "onboard" => 3,
         "assist" => 2,

@@ -165,8 +165,9 @@ impl Observer for WorkerObserver {
             // A worker that has just restarted walks every one of its runs past their crash points again; without a
             // grace period a high crash-point probability turns into a crash storm that never lets it work.
             let settled = self.worker >= self.world.config.profile.world.workers
-                || now >= self.world.up_since_ms.lock().expect("up since")[self.worker as usize]
-                    + self.world.config.profile.world.crash_point_grace_ms;
+                || now
+                    >= self.world.up_since_ms.lock().expect("up since")[self.worker as usize]
+                        + self.world.config.profile.world.crash_point_grace_ms;
             let mut state = self.world.monitor.lock();
             let p = state.crash_point_p;
             let crash = state.chaos && p > 0.0 && settled && state.crash_rng.chance(p);
@@ -482,7 +483,9 @@ impl Shared {
         }
         engine.register_planner(workflows::PLANNER, self.fakes.planner());
         for workflow in &self.workflows {
-            engine.register_workflow(workflow.clone()).unwrap_or_else(|e| panic!("a built-in workflow is invalid: {e}"));
+            engine
+                .register_workflow(workflow.clone())
+                .unwrap_or_else(|e| panic!("a workflow of the profile is invalid: {e}"));
         }
         engine
     }
@@ -692,7 +695,7 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
             pick -= weight;
         }
         let trigger = workflows::trigger(workflow, index, &mut rng);
-        planned += workflows::expected_writes(workflow);
+        planned += workflows::expected_writes(&config.profile, workflow);
         world.progress.steps_started.store(planned, Ordering::Relaxed);
         if rng.chance(knobs.webhook_share) {
             start_change(&world, &api, workflow, index, trigger, &mut rng);
@@ -995,7 +998,8 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         ),
     };
     let actions = workflows::action_infos(&config.profile);
-    let checker = Checker::new(&actions, workflows::plan_steps(), workers + 1, config.profile.world.lease_ms);
+    let checker =
+        Checker::new(&actions, workflows::plan_steps(&config.profile), workers + 1, config.profile.world.lease_ms);
     let monitor = Arc::new(Monitor {
         state: Mutex::new(MonitorState {
             checker,
