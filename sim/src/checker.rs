@@ -68,6 +68,8 @@ struct RunState {
     plan_keys: BTreeMap<Key, [u8; 32]>,
     paused_once: bool,
     pending_retry_grants: u32,
+    /// Keys sent in place of this run's ledger keys (the naive policy's fresh key per attempt), forgotten with it.
+    sent_keys: Vec<Key>,
     aborted: bool,
 }
 
@@ -195,6 +197,9 @@ impl Checker {
                 let at_most_once = self.actions[action].at_most_once;
                 let plan_needed = self.plan_steps.contains(step_base(step_id));
                 let run = run_state(&mut self.runs, run_id);
+                if sent_key != key {
+                    run.sent_keys.push(*sent_key);
+                }
                 let plan_missing = plan_needed && !run.plans.contains_key(step_base(step_id));
                 let grants_available = run.pending_retry_grants;
                 let state = run.keys.entry(*key).or_insert_with(|| KeyState {
@@ -339,6 +344,9 @@ impl Checker {
     /// The run reached a terminal or paused state: check what can only be checked now, then forget it.
     pub fn run_finished(&mut self, run_id: &str, status: RunStatus, ledger: &dyn Ledger) {
         let Some(run) = self.runs.remove(run_id) else { return };
+        for sent in &run.sent_keys {
+            self.sent_to_ledger.remove(sent);
+        }
         self.runs_finished += 1;
         match status {
             RunStatus::Paused => self.runs_paused += 1,
@@ -353,7 +361,6 @@ impl Checker {
         let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.objects.iter().map(String::as_str)).collect();
         for (key, state) in &run.keys {
             self.counters[state.action].steps += 1;
-            self.sent_to_ledger.remove(key);
             let record = match ledger.get(key) {
                 Ok(r) => r,
                 Err(e) => panic!("the ledger failed while the checker read key {key}: {e}"),
