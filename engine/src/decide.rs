@@ -15,7 +15,7 @@
 //! | failed (definitely not applied), retryable | back off, attempt | back off, attempt, lookup first | pause |
 //! | failed, permanent | fail | fail | fail |
 //! | failed, key reused with another payload | pause | pause | pause |
-//! | unknown, or started with an expired lease (a crash) | inside retention: back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt's call ended (or its lease expired), then attempt with lookup first | pause |
+//! | unknown, or started with an expired lease (a crash) | inside retention (a resend must arrive inside it: [`RetryPolicy::request_transit_ms_max`]): back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt's call ended (or its lease expired), then attempt with lookup first | pause |
 //!
 //! Attempts are bounded by [`RetryPolicy::attempt_count_max`]: when it is reached and the last attempt definitely
 //! did not apply the step fails, otherwise the run pauses. Why a `failed` record means *every* attempt under that
@@ -46,11 +46,16 @@ pub struct RetryPolicy {
     pub attempt_count_max: u32,
     pub backoff_ms_base: u64,
     pub backoff_ms_max: u64,
+    /// The longest a request may take to reach an API once sent. A keyed resend must *arrive* while the API still
+    /// keeps the key, so it is sent only while `now + request_transit_ms_max` is inside the retention window; after
+    /// that the key counts as expired (look up, or pause). Found by the simulator: a resend sent 14 ms before a 2 s
+    /// window closed arrived 10 ms after it and created a second customer.
+    pub request_transit_ms_max: u64,
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { attempt_count_max: 5, backoff_ms_base: 100, backoff_ms_max: 30_000 }
+        Self { attempt_count_max: 5, backoff_ms_base: 100, backoff_ms_max: 30_000, request_transit_ms_max: 30_000 }
     }
 }
 
@@ -230,7 +235,8 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
                 None if attempt <= 1 => Some(record.last_attempt_ms),
                 None => None,
             };
-            let inside = first_ms.is_some_and(|first_ms| input.now_ms < first_ms.saturating_add(retention_ms));
+            let arrives_by_ms = input.now_ms.saturating_add(input.retry.request_transit_ms_max);
+            let inside = first_ms.is_some_and(|first_ms| arrives_by_ms < first_ms.saturating_add(retention_ms));
             if inside {
                 retry_when_due(input, record, false)
             } else if input.spec.has_lookup {

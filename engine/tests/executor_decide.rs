@@ -6,7 +6,8 @@ use engine::key::Key;
 use engine::ledger::{Status, StepRecord};
 
 const KEY: Key = Key([7; 32]);
-const RETRY: RetryPolicy = RetryPolicy { attempt_count_max: 3, backoff_ms_base: 100, backoff_ms_max: 1_000 };
+const RETRY: RetryPolicy =
+    RetryPolicy { attempt_count_max: 3, backoff_ms_base: 100, backoff_ms_max: 1_000, request_transit_ms_max: 0 };
 
 fn spec(class: GuaranteeClass, has_lookup: bool) -> ActionSpec {
     ActionSpec { name: "act".to_string(), class, has_lookup, lookup_lag_bound_ms: 0 }
@@ -367,7 +368,8 @@ fn decisions_as_a_table() {
 
 #[test]
 fn backoff_is_bounded_exponential_with_deterministic_jitter() {
-    let retry = RetryPolicy { attempt_count_max: 10, backoff_ms_base: 100, backoff_ms_max: 1_000 };
+    let retry =
+        RetryPolicy { attempt_count_max: 10, backoff_ms_base: 100, backoff_ms_max: 1_000, request_transit_ms_max: 0 };
     for attempt in 2..12 {
         let ceiling = (100u64 << (attempt - 2)).min(1_000);
         let delay = decide::backoff_ms(&retry, 42, &KEY, attempt);
@@ -420,4 +422,40 @@ fn the_lag_is_waited_out_from_the_end_of_the_call_this_drive_made() {
         person_retry: false,
     };
     assert_eq!(decide::decide(&input), Decision::WaitUntil { until_ms: 10_300 });
+}
+
+/// A keyed resend must reach the API while it still keeps the key: past `retention - request_transit_ms_max` the key
+/// counts as expired. (The simulator found a resend sent 14 ms before a 2 s window closed that arrived after it.)
+#[test]
+fn a_keyed_resend_must_arrive_inside_the_retention_window() {
+    let retry =
+        RetryPolicy { attempt_count_max: 5, backoff_ms_base: 100, backoff_ms_max: 1_000, request_transit_ms_max: 200 };
+    let keyed = spec(GuaranteeClass::Keyed { retention_ms: 1_000 }, false);
+    let keyed_lookup = spec(GuaranteeClass::Keyed { retention_ms: 1_000 }, true);
+    let now = 10_000;
+    // (first attempt at, spec, what is decided): the window ends at first + 1000, a resend arrives by now + 200.
+    let table: &[(u64, &ActionSpec, Kind)] = &[
+        (now - 700, &keyed, Kind::Attempt { lookup_first: false }),
+        (now - 799, &keyed, Kind::Attempt { lookup_first: false }),
+        (now - 800, &keyed, Kind::Pause),
+        (now - 900, &keyed, Kind::Pause),
+        (now - 800, &keyed_lookup, Kind::Attempt { lookup_first: true }),
+    ];
+    for (first, spec, want) in table {
+        let rec = record(Status::Unknown, 1, *first, 0, "timeout");
+        let input = Input {
+            spec,
+            policy: Policy::Rules,
+            retry: &retry,
+            seed: 1,
+            key: &KEY,
+            record: Some(&rec),
+            last: None,
+            first_attempt_ms: None,
+            now_ms: now,
+            person_retry: false,
+        };
+        assert_eq!(kind(&decide::decide(&input)), *want, "first attempt {} ms ago", now - first);
+    }
+    assert!(RetryPolicy::default().request_transit_ms_max >= 30_000, "the default covers a client timeout");
 }

@@ -332,7 +332,8 @@ pub fn config(worker: &str) -> EngineConfig {
     let mut config = EngineConfig::new(worker);
     config.lease_ms = 40;
     config.seed = 7;
-    config.retry = RetryPolicy { attempt_count_max: 4, backoff_ms_base: 1, backoff_ms_max: 4 };
+    config.retry =
+        RetryPolicy { attempt_count_max: 4, backoff_ms_base: 1, backoff_ms_max: 4, request_transit_ms_max: 0 };
     config
 }
 
