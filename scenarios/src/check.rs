@@ -480,17 +480,8 @@ fn run_cases(cases: &[Case], budgets: &Budgets, jobs: usize) -> Result<Vec<CaseR
 #[cfg(madsim)]
 fn run_args(case: &Case) -> crate::run::RunArgs {
     crate::run::RunArgs {
-        scenario: case.scenario.into(),
-        seed: case.seed,
-        steps: Some(case.steps),
-        policy: engine::executor::Policy::Rules,
-        ledger: "memory".into(),
-        jobs: 1,
-        json: None,
-        trace: None,
-        trace_run: None,
         check_determinism: case.check_determinism,
-        quiet: true,
+        ..crate::run::RunArgs::quiet(case.scenario, case.seed, Some(case.steps))
     }
 }
 

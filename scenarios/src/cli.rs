@@ -298,19 +298,7 @@ fn run(args: &crate::run::RunArgs) -> i32 {
 
 #[cfg(not(madsim))]
 fn bench(_scenario: &str, _steps: u64, _repeat: u32) -> i32 {
-    run(&crate::run::RunArgs {
-        scenario: String::new(),
-        seed: 0,
-        steps: None,
-        policy: engine::executor::Policy::Rules,
-        ledger: String::new(),
-        jobs: 1,
-        json: None,
-        trace: None,
-        trace_run: None,
-        check_determinism: false,
-        quiet: true,
-    })
+    run(&crate::run::RunArgs::quiet("", 0, None))
 }
 
 /// `flowsim bench`: the speed figures of the issue, measured, never asserted. Each repetition is a fresh simulation
@@ -333,19 +321,7 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
         "flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)"
     );
     for ledger in ["memory", "sqlite"] {
-        let args = RunArgs {
-            scenario: scenario.to_owned(),
-            seed: 1,
-            steps: Some(steps),
-            policy: engine::executor::Policy::Rules,
-            ledger: ledger.to_owned(),
-            jobs: 1,
-            json: None,
-            trace: None,
-            trace_run: None,
-            check_determinism: false,
-            quiet: true,
-        };
+        let args = RunArgs { ledger: ledger.to_owned(), ..RunArgs::quiet(scenario, 1, Some(steps)) };
         let mut rates: Vec<f64> = Vec::new();
         let mut held = true;
         for _ in 0..repeat {

@@ -23,6 +23,26 @@ pub struct RunArgs {
     pub quiet: bool,
 }
 
+impl RunArgs {
+    /// One quiet run of `scenario` at `seed` under the rules with the memory ledger on one shard, writing nothing:
+    /// how the gate, the search, the sweep and the tests run a simulation. Change a field for anything else.
+    pub fn quiet(scenario: &str, seed: u64, steps: Option<u64>) -> Self {
+        RunArgs {
+            scenario: scenario.to_owned(),
+            seed,
+            steps,
+            policy: Policy::Rules,
+            ledger: "memory".into(),
+            jobs: 1,
+            json: None,
+            trace: None,
+            trace_run: None,
+            check_determinism: false,
+            quiet: true,
+        }
+    }
+}
+
 /// A scenario ready to run: its name, expectation, resolved profile and step count.
 #[derive(Debug, Clone)]
 pub struct Prepared {

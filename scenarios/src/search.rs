@@ -551,21 +551,8 @@ pub fn seed_from_env() -> Result<u64, String> {
 /// Runs one case as a simulation under `--policy rules` and the memory ledger.
 #[cfg(madsim)]
 pub fn simulate(case: &Case) -> Result<sim::results::Results, String> {
-    use engine::executor::Policy;
     let prepared = case.prepare().map_err(|e| format!("the case does not resolve (a bug in the strategy): {e}"))?;
-    let args = crate::run::RunArgs {
-        scenario: "search".into(),
-        seed: case.seed,
-        steps: Some(case.steps),
-        policy: Policy::Rules,
-        ledger: "memory".into(),
-        jobs: 1,
-        json: None,
-        trace: None,
-        trace_run: None,
-        check_determinism: false,
-        quiet: true,
-    };
+    let args = crate::run::RunArgs::quiet("search", case.seed, Some(case.steps));
     Ok(crate::run::execute(&args, &prepared, false).0)
 }
 

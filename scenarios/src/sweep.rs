@@ -234,19 +234,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
                         let Some(&(b, seed)) = points.get(i) else { break };
                         let scenario = files[b].to_str().expect("checked UTF-8 above").to_owned();
                         let outcome = crate::run::prepare(&scenario, seed, Some(args.steps)).map(|prepared| {
-                            let run_args = crate::run::RunArgs {
-                                scenario,
-                                seed,
-                                steps: Some(args.steps),
-                                policy: engine::executor::Policy::Rules,
-                                ledger: "memory".into(),
-                                jobs: 1,
-                                json: None,
-                                trace: None,
-                                trace_run: None,
-                                check_determinism: false,
-                                quiet: true,
-                            };
+                            let run_args = crate::run::RunArgs::quiet(&scenario, seed, Some(args.steps));
                             crate::run::execute(&run_args, &prepared, false).0
                         });
                         println!("  bound {} ms seed {seed} done", args.bounds_ms[b]);

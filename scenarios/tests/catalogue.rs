@@ -15,19 +15,7 @@ fn every_scenario_meets_its_expectation() {
     let mut failures = Vec::new();
     for scenario in CATALOGUE.iter().filter(|s| s.name != "month") {
         for seed in SEEDS {
-            let args = RunArgs {
-                scenario: scenario.name.into(),
-                seed,
-                steps: Some(STEPS),
-                policy: Policy::Rules,
-                ledger: "memory".into(),
-                jobs: 1,
-                json: None,
-                trace: None,
-                trace_run: None,
-                check_determinism: false,
-                quiet: true,
-            };
+            let args = RunArgs::quiet(scenario.name, seed, Some(STEPS));
             let prepared = prepare(scenario.name, seed, Some(STEPS)).expect("a catalogue scenario prepares");
             let (results, _) = execute(&args, &prepared, false);
             assert!(results.steps > 0, "{} seed {seed} did nothing", scenario.name);

@@ -14,19 +14,7 @@ use sim::results::Results;
 use std::process::Command;
 
 fn args(scenario: &str, seed: u64, steps: u64, policy: Policy) -> RunArgs {
-    RunArgs {
-        scenario: scenario.into(),
-        seed,
-        steps: Some(steps),
-        policy,
-        ledger: "memory".into(),
-        jobs: 1,
-        json: None,
-        trace: None,
-        trace_run: None,
-        check_determinism: false,
-        quiet: true,
-    }
+    RunArgs { policy, ..RunArgs::quiet(scenario, seed, Some(steps)) }
 }
 
 fn simulate(args: &RunArgs) -> Results {
