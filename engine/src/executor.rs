@@ -924,6 +924,27 @@ impl Engine {
                         }
                     }
                     self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
+                    // The next owner waits out a lookup connector's lag from this attempt's lease expiry, which
+                    // covers a request only if it reached the API by then. A worker that stalled since its claim
+                    // (a long pause during the lookup, say) must not send late: it sends only while half its lease
+                    // is left, the other half being the request's transit (so `lease_ms` must exceed twice the
+                    // longest transit). Found by the release gate: a worker paused for a minute sent its create after
+                    // its lease had expired and the new owner's lookup missed it.
+                    let send_ms = self.clock.now_ms();
+                    if send_ms >= claim_ms.saturating_add(self.config.lease_ms / 2) {
+                        let error = format!(
+                            "not sent: half the lease was spent before the request could go ({} ms after the claim)",
+                            send_ms - claim_ms
+                        );
+                        let completion = if earlier_maybe_applied {
+                            Completion::Unknown { reason: format!("{error} (an earlier attempt may have applied)") }
+                        } else {
+                            Completion::Failed { error }
+                        };
+                        self.complete_or_lost(&key, fence, &completion, send_ms)?;
+                        last = Some(LastCall { ended_ms: send_ms, retry_after_ms: None });
+                        continue;
+                    }
                     let sent_key = match self.config.policy {
                         Policy::Rules => key,
                         Policy::Naive => naive_attempt_key(&key, attempt),

@@ -315,10 +315,58 @@ struct WorkerLink {
     world: Arc<Shared>,
 }
 
+/// A request as it travels: owned, so the fake's node can serve it whatever happens to the sender.
+struct Sent {
+    action: String,
+    inputs: serde_json::Value,
+    key: Key,
+    run_id: String,
+    attempt: u32,
+}
+
+impl Sent {
+    fn of(request: &Request<'_>) -> Self {
+        Sent {
+            action: request.action.to_owned(),
+            inputs: request.inputs.clone(),
+            key: *request.key,
+            run_id: request.run_id.to_owned(),
+            attempt: request.attempt,
+        }
+    }
+
+    fn request(&self) -> Request<'_> {
+        Request {
+            action: &self.action,
+            inputs: &self.inputs,
+            key: &self.key,
+            run_id: &self.run_id,
+            attempt: self.attempt,
+        }
+    }
+}
+
 impl WorkerLink {
     fn cut(&self) -> bool {
         let now = self.world.monitor.clock.now_ms();
         self.world.cut_until_ms.lock().expect("cut lock")[self.worker as usize] > now
+    }
+
+    /// Serves `sent` on the fakes' own node and waits for the answer. Once sent, a request reaches the API with the
+    /// network's latency even if the sender stalls or dies meanwhile (a paused worker resumes to find the answer
+    /// waiting; a killed one never reads it).
+    async fn on_fakes_node<T: Send + 'static>(
+        &self,
+        sent: Sent,
+        serve: impl for<'r> FnOnce(&'r dyn Connector, Request<'r>) -> BoxFuture<'r, T> + Send + 'static,
+    ) -> T {
+        let inner = self.inner.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.world.fakes_node.spawn(async move {
+            let answer = serve(inner.as_ref(), sent.request()).await;
+            let _ = tx.send(answer);
+        });
+        rx.await.expect("the fakes' node is never killed, so every request is answered")
     }
 }
 
@@ -341,7 +389,7 @@ impl Connector for WorkerLink {
                     retry_after_ms: None,
                 });
             }
-            let outcome = self.inner.call(request).await;
+            let outcome = self.on_fakes_node(Sent::of(&request), |fake, request| fake.call(request)).await;
             if self.cut() {
                 // The request went out; the cut swallowed the answer.
                 return CallOutcome::Indeterminate("connection reset after send (network cut)".into());
@@ -356,7 +404,7 @@ impl Connector for WorkerLink {
                 return LookupOutcome::Failed("connection refused (network cut)".into());
             }
             let start = self.world.monitor.clock.now_ms();
-            let found = self.inner.lookup(request).await;
+            let found = self.on_fakes_node(Sent::of(&request), |fake, request| fake.lookup(request)).await;
             let spent = self.world.monitor.clock.now_ms() - start;
             self.world.monitor.lock().extra_lookup_ms_total += spent;
             if self.cut() {
@@ -404,6 +452,8 @@ struct Shared {
     webhook_starts: Mutex<BTreeMap<String, ChangeDeliveries>>,
     /// The front door engine (set once the world is built).
     api: Mutex<Option<Arc<Engine>>>,
+    /// The node the fake APIs serve requests on: never paused, never killed.
+    fakes_node: madsim::runtime::NodeHandle,
     /// The built-in workflows, parsed once: every worker incarnation registers copies (a restart must not re-parse).
     workflows: Vec<engine::workflow::Workflow>,
 }
@@ -1036,6 +1086,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         supervisor: Mutex::new(None),
         webhook_starts: Mutex::new(BTreeMap::new()),
         api: Mutex::new(None),
+        fakes_node: handle.create_node().name("fakes").build(),
         workflows: workflows::compiled_for(&config.profile),
         config,
     });
