@@ -47,9 +47,8 @@ pub struct GateProfile {
 /// (≈ 1.3 M steps; see `docs/gate.md` for the measured time).
 pub const QUICK: GateProfile = GateProfile { name: "quick", seeds: 3, steps: 30_000, determinism_seeds: 1 };
 
-/// The release gate: 12 scenarios × 20 seeds × 100 k steps, plus one determinism re-run per scenario (≈ 21 M steps;
-/// extrapolated ≈ 40–50 min on 2 idle cores, see `docs/gate.md`). Many seeds of moderate length rather than few long
-/// ones, because the simulator's cost per step grows with a run's length.
+/// The release gate: 12 scenarios × 20 seeds × 100 k steps, plus one determinism re-run per scenario (≈ 24 M steps;
+/// measured 32 min on 2 cores shared with a month run and a build, see `docs/gate.md`).
 pub const RELEASE: GateProfile = GateProfile { name: "release", seeds: 20, steps: 100_000, determinism_seeds: 1 };
 
 /// Per-scenario caps on steps per case, so that one case cannot hold the gate up. Empty: `agent-crash` was capped at
