@@ -135,6 +135,9 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX resolutions_by_run ON resolutions (run_id, id);",
 ];
 
+/// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -260,6 +263,9 @@ impl SqliteLedger {
     }
 
     fn finish_open(mut conn: Connection, options: Options) -> Result<Self> {
+        // rusqlite keeps 16 prepared statements by default; the ledger uses more than that, and an evicted statement
+        // is parsed and planned again on its next use.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         migrate(&mut conn)?;
         Ok(Self {
             state: Mutex::new(State { conn, batch_ops: 0, failed: None, journal: true }),
@@ -827,10 +833,23 @@ impl Ledger for SqliteLedger {
 
     fn forget_run(&self, run_id: &str) -> Result<()> {
         self.write(|conn| {
-            // Plans filed under the run, and plans of the run's keys recorded before their step record existed.
+            // Plans of the run's keys recorded before their step record existed, one key at a time: a
+            // `key IN (SELECT ...)` makes SQLite build an ephemeral table on every call, whose page-cache set-up
+            // cost more than all the deletes together.
+            let keys: Vec<Vec<u8>> = conn
+                .prepare_cached("SELECT key FROM steps WHERE run_id = ?1")
+                .map_err(storage)?
+                .query_map([run_id], |row| row.get(0))
+                .map_err(storage)?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(storage)?;
+            let mut delete_plan = conn.prepare_cached("DELETE FROM plans WHERE key = ?1").map_err(storage)?;
+            for key in &keys {
+                delete_plan.execute([key]).map_err(storage)?;
+            }
+            // Plans filed under the run, then the run's other records.
             for sql in [
                 "DELETE FROM plans WHERE run_id = ?1",
-                "DELETE FROM plans WHERE key IN (SELECT key FROM steps WHERE run_id = ?1)",
                 "DELETE FROM steps WHERE run_id = ?1",
                 "DELETE FROM resolutions WHERE run_id = ?1",
                 "DELETE FROM runs WHERE run_id = ?1",
