@@ -79,7 +79,7 @@ impl Api for AtMostOnce {
             event_id: format!("evt_{}", self.next_id),
             object_id: id,
             event_type: self.event_type.into(),
-            payload: record.clone(),
+            payload: Arc::new(record.clone()),
         };
         Handled { outcome: Outcome::Applied(record), effect: Some(effect), event: Some(event) }
     }

@@ -82,14 +82,14 @@ impl Api for Contacts {
             return Handled::outcome(not_applied("400 `email` is required", false, None));
         };
         if let Some(existing) = self.by_email.committed(&email) {
-            let mut record = existing.record.clone();
+            let mut record = Value::clone(&existing.record);
             record["conflict"] = Value::Bool(true);
             return Handled::outcome(Outcome::Applied(record));
         }
         self.next_id += 1;
         let id = format!("contact_{}", self.next_id);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = json!({ "id": id, "email": email, "properties": request.inputs });
+        let record = Arc::new(json!({ "id": id, "email": email, "properties": request.inputs }));
         self.by_email.insert(request.run_id, email, Indexed { id: id.clone(), visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
@@ -99,7 +99,7 @@ impl Api for Contacts {
             event_type: "contact.creation".into(),
             payload: record.clone(),
         };
-        Handled { outcome: Outcome::Applied(record), effect: Some(effect), event: Some(event) }
+        Handled { outcome: Outcome::Applied(Value::clone(&record)), effect: Some(effect), event: Some(event) }
     }
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
@@ -107,7 +107,7 @@ impl Api for Contacts {
             return LookupOutcome::Failed("400 `email` is required".into());
         };
         match self.by_email.search(&email, now_ms) {
-            Some(found) => LookupOutcome::Found(found.record.clone()),
+            Some(found) => LookupOutcome::Found(Value::clone(&found.record)),
             None => LookupOutcome::NotFound,
         }
     }

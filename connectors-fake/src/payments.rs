@@ -50,7 +50,7 @@ pub fn realistic_profile() -> FaultProfile {
 
 #[derive(Debug, Clone)]
 enum Stored {
-    Applied(Value),
+    Applied(Arc<Value>),
     ServerError,
 }
 
@@ -85,7 +85,7 @@ pub struct Payments {
     /// Each run's keys and object ids, so a finished run's records can be dropped.
     by_run: BTreeMap<String, RunRecords>,
     customers: SearchIndex,
-    objects_by_id: BTreeMap<String, Value>,
+    objects_by_id: BTreeMap<String, Arc<Value>>,
     next_id: u64,
 }
 
@@ -123,7 +123,7 @@ impl Payments {
 
     /// Retrieve by id: immediate, as Stripe's retrieve is.
     pub fn retrieve(&self, object_id: &str) -> Option<&Value> {
-        self.objects_by_id.get(object_id)
+        self.objects_by_id.get(object_id).map(|v| &**v)
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -163,7 +163,7 @@ impl Payments {
                 return Handled::outcome(Outcome::KeyReusedWithDifferentPayload(IDEMPOTENCY_ERROR.to_string()));
             }
             let outcome = match &record.response {
-                Stored::Applied(value) => Outcome::Applied(value.clone()),
+                Stored::Applied(value) => Outcome::Applied(Value::clone(value)),
                 Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
             };
             return Handled::outcome(outcome);
@@ -175,12 +175,12 @@ impl Payments {
                 "id": id, "object": "customer", "params": request.inputs,
                 "metadata": { "flow_key": key_hex(request.key) },
             });
-            (id, record, "customer.created", cx.now_ms + cx.lag_ms)
+            (id, Arc::new(record), "customer.created", cx.now_ms + cx.lag_ms)
         } else {
             let id = format!("ch_{}", self.next_id);
             let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
             let record = json!({ "id": id, "object": "charge", "amount": amount, "status": "succeeded" });
-            (id, record, "charge.succeeded", cx.now_ms)
+            (id, Arc::new(record), "charge.succeeded", cx.now_ms)
         };
         if action == 0 {
             let indexed = Indexed { id: object_id.clone(), visible_ms, record: record.clone() };
@@ -189,7 +189,7 @@ impl Payments {
         self.objects_by_id.insert(object_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
         let outcome = match &response {
-            Stored::Applied(value) => Outcome::Applied(value.clone()),
+            Stored::Applied(value) => Outcome::Applied(Value::clone(value)),
             Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
         };
         // `next_id` was bumped above for this key alone: a unique sequence number.
@@ -249,7 +249,7 @@ impl Api for Payments {
             return LookupOutcome::Failed(format!("no search for `{}`", request.action));
         }
         match self.customers.search(&key_hex(request.key), now_ms) {
-            Some(found) => LookupOutcome::Found(found.record.clone()),
+            Some(found) => LookupOutcome::Found(Value::clone(&found.record)),
             None => LookupOutcome::NotFound,
         }
     }

@@ -333,7 +333,8 @@ pub struct SearchIndex {
 pub struct Indexed {
     pub id: String,
     pub visible_ms: u64,
-    pub record: serde_json::Value,
+    /// Shared with the webhook event and (payments) the stored response, so a create copies its record once.
+    pub record: Arc<serde_json::Value>,
 }
 
 impl SearchIndex {

@@ -25,7 +25,8 @@ pub struct WebhookEvent {
     pub object_id: String,
     /// `customer.created`, `charge.succeeded`, ...
     pub event_type: String,
-    pub payload: serde_json::Value,
+    /// Shared: the fake keeps the same record, and every delivery of the event carries it.
+    pub payload: std::sync::Arc<serde_json::Value>,
 }
 
 /// One delivery attempt of an event.
@@ -131,7 +132,7 @@ mod tests {
             event_id: "evt_1".into(),
             object_id: "cus_1".into(),
             event_type: "customer.created".into(),
-            payload: serde_json::json!({"id": "cus_1"}),
+            payload: std::sync::Arc::new(serde_json::json!({"id": "cus_1"})),
         }
     }
 

@@ -103,6 +103,11 @@ impl Monitor {
 }
 
 impl MonitorState {
+    /// Whether a crash point can fire now: chaos is on and the scenario gives crash points a probability.
+    fn crash_points_armed(&self) -> bool {
+        self.chaos && self.crash_point_p > 0.0
+    }
+
     fn note_violation(&mut self) {
         if let Some(v) = self.checker.new_violation.take() {
             self.trace.violation(&v);
@@ -160,6 +165,10 @@ impl Observer for WorkerObserver {
     }
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
+        // Most scenarios have no crash points, and every step passes several: answer those without the clock.
+        if !self.world.monitor.lock().crash_points_armed() {
+            return false;
+        }
         let crash = {
             let now = self.world.monitor.clock.now_ms();
             // A worker that has just restarted walks every one of its runs past their crash points again; without a
@@ -170,7 +179,8 @@ impl Observer for WorkerObserver {
                         + self.world.config.profile.world.crash_point_grace_ms;
             let mut state = self.world.monitor.lock();
             let p = state.crash_point_p;
-            let crash = state.chaos && p > 0.0 && settled && state.crash_rng.chance(p);
+            // Drawn only when armed and settled, as before the early return above: the draws are the same.
+            let crash = state.crash_points_armed() && settled && state.crash_rng.chance(p);
             if crash {
                 *state.crashes.entry(crash_point_name(point).to_owned()).or_default() += 1;
                 state.trace.record(
@@ -794,7 +804,7 @@ fn start_change(
         event_id: format!("evt_{index}"),
         object_id: format!("obj_{index}"),
         event_type: "customer.updated".to_owned(),
-        payload: trigger,
+        payload: Arc::new(trigger),
     };
     let profile = world.fakes.webhook_profile(WEBHOOK_SOURCE);
     let mut schedule = connectors_fake::webhooks::delivery_schedule(&event, &profile, rng);
@@ -839,7 +849,7 @@ fn deliver(
     let mut started = None;
     let reached = !delivery.receiver_fails || world.healed.load(Ordering::Relaxed);
     if reached {
-        let body = serde_json::to_vec(&event.payload).expect("a JSON value serialises");
+        let body = serde_json::to_vec(&*event.payload).expect("a JSON value serialises");
         let secret: &[u8] = if forged { b"not-the-secret" } else { WEBHOOK_SECRET };
         let incoming = engine::webhook::Incoming {
             event_id: delivery.event_id.clone(),
@@ -865,7 +875,7 @@ fn deliver(
             Ok(Intake::Duplicate { .. }) => {}
             Err(engine::webhook::Error::Halted) => {
                 // The endpoint crashed before writing anything: the sender sees an error and redelivers later.
-                redeliver(world, api, workflow, event, delivery);
+                redeliver(world, workflow, event, delivery);
             }
             Err(e) if forged && e.is_rejection() => {}
             Err(e) => {
@@ -904,14 +914,7 @@ fn deliver(
 }
 
 /// Schedules one more delivery of `delivery` after the sender's first backoff (the receiver failed it).
-fn redeliver(
-    world: &Arc<Shared>,
-    api: &Engine,
-    workflow: &str,
-    event: &WebhookEvent,
-    delivery: &connectors_fake::webhooks::Delivery,
-) {
-    let _ = api;
+fn redeliver(world: &Arc<Shared>, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
     let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
     if let Some(change) = world.webhook_starts.lock().expect("webhook starts").get_mut(&event.object_id) {
         change.deliveries_left += 1;
