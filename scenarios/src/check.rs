@@ -508,6 +508,20 @@ fn run_case(case: &Case, prepared: &crate::run::Prepared, budgets: &Budgets) -> 
         });
     }
     let verdict = judge(&results, case.expect, budgets);
+    let message = verdict.err().map(|r| r.join("; "));
+    let repro = results.repro.clone();
+    case_record(case, message, repro, duration_s, Some(results))
+}
+
+/// A case's record: passed when there is no failure `message`.
+#[cfg(madsim)]
+fn case_record(
+    case: &Case,
+    message: Option<String>,
+    repro: String,
+    duration_s: f64,
+    results: Option<Results>,
+) -> CaseRecord {
     CaseRecord {
         index: case.index,
         expect: expect_name(case.expect).into(),
@@ -515,12 +529,12 @@ fn run_case(case: &Case, prepared: &crate::run::Prepared, budgets: &Budgets) -> 
         verdict: GateCase {
             scenario: case.scenario.into(),
             seed: case.seed,
-            passed: verdict.is_ok(),
-            message: verdict.err().map(|r| r.join("; ")).unwrap_or_default(),
-            repro: results.repro.clone(),
+            passed: message.is_none(),
+            message: message.unwrap_or_default(),
+            repro,
             duration_s,
         },
-        results: Some(results),
+        results,
     }
 }
 
@@ -532,20 +546,8 @@ fn panicked_case(case: &Case, panic: &(dyn std::any::Any + Send)) -> CaseRecord 
         .map(String::as_str)
         .or_else(|| panic.downcast_ref::<&str>().copied())
         .unwrap_or("(a non-text panic payload)");
-    CaseRecord {
-        index: case.index,
-        expect: expect_name(case.expect).into(),
-        steps: case.steps,
-        verdict: GateCase {
-            scenario: case.scenario.into(),
-            seed: case.seed,
-            passed: false,
-            message: format!("the simulation panicked: {text}"),
-            repro: crate::run::repro_command(&run_args(case), case.steps),
-            duration_s: 0.0,
-        },
-        results: None,
-    }
+    let repro = crate::run::repro_command(&run_args(case), case.steps);
+    case_record(case, Some(format!("the simulation panicked: {text}")), repro, 0.0, None)
 }
 
 #[cfg(test)]

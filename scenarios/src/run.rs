@@ -53,22 +53,35 @@ pub struct Prepared {
 }
 
 /// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
+/// A scenario as named on the command line: a catalogue entry, or a profile file.
+pub struct ScenarioSource {
+    pub name: String,
+    pub text: String,
+    pub expect: Expect,
+    pub steps_default: u64,
+}
+
+/// Finds `scenario` in the catalogue, or else reads it as a file; the error names both places it looked.
+pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
+    if let Some(s) = catalogue::find(scenario) {
+        return Ok(ScenarioSource {
+            name: s.name.to_owned(),
+            text: s.text.to_owned(),
+            expect: s.expect,
+            steps_default: s.steps_default,
+        });
+    }
+    let path = std::path::Path::new(scenario);
+    if !path.exists() {
+        let names: Vec<&str> = catalogue::CATALOGUE.iter().map(|s| s.name).collect();
+        return Err(format!("no scenario named {scenario:?} and no such file; the catalogue has: {}", names.join(", ")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {scenario}: {e}"))?;
+    Ok(ScenarioSource { name: scenario.to_owned(), text, expect: Expect::ResidualOnly, steps_default: 100_000 })
+}
+
 pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
-    let (name, text, expect, steps_default) = match catalogue::find(scenario) {
-        Some(s) => (s.name.to_owned(), s.text.to_owned(), s.expect, s.steps_default),
-        None => {
-            let path = std::path::Path::new(scenario);
-            if !path.exists() {
-                let names: Vec<&str> = catalogue::CATALOGUE.iter().map(|s| s.name).collect();
-                return Err(format!(
-                    "no scenario named {scenario:?} and no such file; the catalogue has: {}",
-                    names.join(", ")
-                ));
-            }
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {scenario}: {e}"))?;
-            (scenario.to_owned(), text, Expect::ResidualOnly, 100_000)
-        }
-    };
+    let ScenarioSource { name, text, expect, steps_default } = scenario_source(scenario)?;
     let mut spec = catalogue::parse(&text, &name)?;
     let steps_file =
         spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));

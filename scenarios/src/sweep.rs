@@ -168,16 +168,6 @@ pub fn validate(args: &SweepArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The scenario's text: a catalogue entry's, or a file's.
-#[cfg(madsim)]
-fn scenario_text(scenario: &str) -> Result<String, String> {
-    match crate::catalogue::find(scenario) {
-        Some(s) => Ok(s.text.to_owned()),
-        None => std::fs::read_to_string(scenario)
-            .map_err(|e| format!("no scenario named {scenario:?} in the catalogue, and the file cannot be read: {e}")),
-    }
-}
-
 /// Runs `flowsim sweep`; returns the exit code (1 if an invariant broke at some bound).
 pub fn main(args: &SweepArgs) -> i32 {
     match validate(args).and_then(|()| sweep(args)) {
@@ -200,7 +190,7 @@ fn sweep(_args: &SweepArgs) -> Result<i32, String> {
 fn sweep(args: &SweepArgs) -> Result<i32, String> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let text = scenario_text(&args.scenario)?;
+    let text = crate::run::scenario_source(&args.scenario)?.text;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     // Write every point's profile file first: a bad scenario fails before any simulation runs.
     let mut files = Vec::new();
