@@ -8,6 +8,9 @@
 
 use std::collections::VecDeque;
 
+/// Encoded events are hashed in batches of about this many bytes.
+const HASH_BATCH_BYTES: usize = 16 * 1024;
+
 /// How many events before the first violation the trace keeps.
 pub const TRACE_BEFORE_MAX: usize = 200;
 /// How many events after the first violation the trace keeps.
@@ -24,7 +27,9 @@ pub enum Field<'a> {
 /// The hashed (and optionally kept) event log.
 pub struct Trace {
     hasher: blake3::Hasher,
-    buf: Vec<u8>,
+    /// Encoded events not yet hashed. blake3 hashes one byte stream however it is split, and large updates are
+    /// hashed several chunks at a time (SIMD), so events are fed in batches of [`HASH_BATCH_BYTES`].
+    pending: Vec<u8>,
     events: u64,
     /// Kept only when a readable trace was asked for.
     readable: Option<Readable>,
@@ -49,7 +54,7 @@ impl Trace {
     pub fn with_options(keep_readable: bool, run_filter: Option<String>, epoch_ms: u64) -> Self {
         Trace {
             hasher: blake3::Hasher::new(),
-            buf: Vec::with_capacity(256),
+            pending: Vec::with_capacity(HASH_BATCH_BYTES + 1024),
             events: 0,
             readable: keep_readable.then(|| Readable {
                 run_filter,
@@ -64,19 +69,25 @@ impl Trace {
     /// Adds one event: `time_ms` is simulated time, `tag` names the kind of event.
     pub fn record(&mut self, time_ms: u64, tag: &str, fields: &[Field<'_>]) {
         self.events += 1;
-        self.buf.clear();
-        self.buf.extend_from_slice(&time_ms.to_le_bytes());
-        push_bytes(&mut self.buf, tag.as_bytes());
+        // Each event is its length (8 bytes) and then its encoding, which keeps the stream unambiguous.
+        let buf = &mut self.pending;
+        let start = buf.len();
+        buf.extend_from_slice(&[0; 8]);
+        buf.extend_from_slice(&time_ms.to_le_bytes());
+        push_bytes(buf, tag.as_bytes());
         for field in fields {
             match field {
-                Field::Str(s) => push_bytes(&mut self.buf, s.as_bytes()),
-                Field::U64(n) => self.buf.extend_from_slice(&n.to_le_bytes()),
-                Field::Bytes(b) => push_bytes(&mut self.buf, b),
+                Field::Str(s) => push_bytes(buf, s.as_bytes()),
+                Field::U64(n) => buf.extend_from_slice(&n.to_le_bytes()),
+                Field::Bytes(b) => push_bytes(buf, b),
             }
         }
-        // One `update` per event with the event's own length first keeps the stream unambiguous.
-        self.hasher.update(&(self.buf.len() as u64).to_le_bytes());
-        self.hasher.update(&self.buf);
+        let len = (buf.len() - start - 8) as u64;
+        buf[start..start + 8].copy_from_slice(&len.to_le_bytes());
+        if buf.len() >= HASH_BATCH_BYTES {
+            self.hasher.update(buf);
+            buf.clear();
+        }
         if let Some(readable) = &mut self.readable {
             readable.push(self.events, time_ms, tag, fields);
         }
@@ -99,7 +110,9 @@ impl Trace {
 
     /// The trace hash so far, lowercase hex.
     pub fn hash_hex(&self) -> String {
-        self.hasher.finalize().to_hex().to_string()
+        let mut hasher = self.hasher.clone();
+        hasher.update(&self.pending);
+        hasher.finalize().to_hex().to_string()
     }
 
     /// The readable trace: the events before the first violation, the violation, and the events after it (or the
