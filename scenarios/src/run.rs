@@ -170,6 +170,20 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// CPU time this process has used so far (user + system, every thread, in seconds), from `/proc/self/stat`; `None`
+/// where that file is missing or unreadable. The kernel counts it in ticks of 1/100 s (`USER_HZ`, 100 on Linux).
+pub fn process_cpu_seconds() -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count fields after its closing one.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, so utime (14) and stime (15) are at indexes 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) as f64 / USER_HZ)
+}
+
 /// The seed of shard `index` of a run split into shards.
 pub fn shard_seed(seed: u64, index: u32) -> u64 {
     if index == 0 {
@@ -322,4 +336,25 @@ fn progress_bar(steps: u64, progress: Vec<Arc<sim::Progress>>) -> indicatif::Pro
         }
     });
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_counts_the_work_done() {
+        let start = process_cpu_seconds().expect("/proc/self/stat is readable on Linux");
+        // Spin until at least 0.1 s of CPU is counted (ten ticks), or give up after 30 s of wall time.
+        #[allow(clippy::disallowed_methods, reason = "a test outside the simulation bounds its wait by wall time")]
+        let began = std::time::Instant::now();
+        let mut x: u64 = 1;
+        while process_cpu_seconds().unwrap() - start < 0.1 {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            assert!(began.elapsed().as_secs() < 30, "0.1 s of CPU not counted within 30 s of spinning");
+        }
+        assert!(process_cpu_seconds().unwrap() >= start + 0.1);
+    }
 }
