@@ -48,7 +48,7 @@ pub struct GateProfile {
 pub const QUICK: GateProfile = GateProfile { name: "quick", seeds: 3, steps: 30_000, determinism_seeds: 1 };
 
 /// The release gate: 12 scenarios × 20 seeds × 100 k steps, plus one determinism re-run per scenario (≈ 24 M steps;
-/// measured 32 min on 2 cores shared with a month run and a build, see `docs/gate.md`).
+/// measured 20 min on 2 cores including the build, 32 min when shared with a month run, see `docs/gate.md`).
 pub const RELEASE: GateProfile = GateProfile { name: "release", seeds: 20, steps: 100_000, determinism_seeds: 1 };
 
 /// Per-scenario caps on steps per case, so that one case cannot hold the gate up. Empty: `agent-crash` was capped at

@@ -52,7 +52,6 @@ pub struct Prepared {
     pub steps: u64,
 }
 
-/// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
 /// A scenario as named on the command line: a catalogue entry, or a profile file.
 pub struct ScenarioSource {
     pub name: String,
@@ -74,12 +73,16 @@ pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
     let path = std::path::Path::new(scenario);
     if !path.exists() {
         let names: Vec<&str> = catalogue::CATALOGUE.iter().map(|s| s.name).collect();
-        return Err(format!("no scenario named {scenario:?} and no such file; the catalogue has: {}", names.join(", ")));
+        return Err(format!(
+            "no scenario named {scenario:?} and no such file; the catalogue has: {}",
+            names.join(", ")
+        ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {scenario}: {e}"))?;
     Ok(ScenarioSource { name: scenario.to_owned(), text, expect: Expect::ResidualOnly, steps_default: 100_000 })
 }
 
+/// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
 pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
     let ScenarioSource { name, text, expect, steps_default } = scenario_source(scenario)?;
     let mut spec = catalogue::parse(&text, &name)?;

@@ -179,8 +179,8 @@ impl Observer for WorkerObserver {
                         + self.world.config.profile.world.crash_point_grace_ms;
             let mut state = self.world.monitor.lock();
             let p = state.crash_point_p;
-            // Drawn only when armed and settled, as before the early return above: the draws are the same.
-            let crash = state.crash_points_armed() && settled && state.crash_rng.chance(p);
+            // Armed (checked above, with no await since): drawn only once the worker has settled, as always.
+            let crash = settled && state.crash_rng.chance(p);
             if crash {
                 *state.crashes.entry(crash_point_name(point).to_owned()).or_default() += 1;
                 state.trace.record(
@@ -914,7 +914,12 @@ fn deliver(
 }
 
 /// Schedules one more delivery of `delivery` after the sender's first backoff (the receiver failed it).
-fn redeliver(world: &Arc<Shared>, workflow: &str, event: &WebhookEvent, delivery: &connectors_fake::webhooks::Delivery) {
+fn redeliver(
+    world: &Arc<Shared>,
+    workflow: &str,
+    event: &WebhookEvent,
+    delivery: &connectors_fake::webhooks::Delivery,
+) {
     let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
     if let Some(change) = world.webhook_starts.lock().expect("webhook starts").get_mut(&event.object_id) {
         change.deliveries_left += 1;
