@@ -62,7 +62,7 @@ enum Command {
     Report(crate::report_cmd::ReportArgs),
     /// The scenario catalogue, one line each.
     Scenarios,
-    /// Measure simulation speed: steps/s per core (one shard) with each ledger, median of several repetitions.
+    /// Measure simulation speed with each ledger (one shard): median steps/s per core and steps per CPU-second.
     Bench {
         #[arg(long, default_value = "mixed")]
         scenario: String,
