@@ -23,6 +23,7 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_ap
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::fastmap::FastMap;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,14 +79,14 @@ pub struct Payments {
     action_names: [Arc<str>; 2],
     actions: Vec<ActionSpec>,
     retention_ms: u64,
-    keys: BTreeMap<String, KeyRecord>,
+    keys: FastMap<String, KeyRecord>,
     /// Keys by (expiry time, sequence number), for expiry. A forgotten run's keys leave this index too, so memory is
     /// bounded by the keys of unfinished runs rather than by everything stored in the last retention window.
     expiry: BTreeMap<(u64, u64), String>,
     /// Each run's keys and object ids, so a finished run's records can be dropped.
-    by_run: BTreeMap<String, RunRecords>,
+    by_run: FastMap<String, RunRecords>,
     customers: SearchIndex,
-    objects_by_id: BTreeMap<String, Arc<Value>>,
+    objects_by_id: FastMap<String, Arc<Value>>,
     next_id: u64,
 }
 
@@ -112,11 +113,11 @@ impl Payments {
             action_names: [CREATE_CUSTOMER.into(), CHARGE.into()],
             actions,
             retention_ms,
-            keys: BTreeMap::new(),
+            keys: FastMap::default(),
             expiry: BTreeMap::new(),
-            by_run: BTreeMap::new(),
+            by_run: FastMap::default(),
             customers: SearchIndex::default(),
-            objects_by_id: BTreeMap::new(),
+            objects_by_id: FastMap::default(),
             next_id: 0,
         }
     }
@@ -205,7 +206,10 @@ impl Payments {
             },
         );
         self.expiry.insert(expiry_slot, idempotency_key.to_string());
-        let run = self.by_run.entry(request.run_id.to_string()).or_default();
+        if !self.by_run.contains_key(request.run_id) {
+            self.by_run.insert(request.run_id.to_string(), RunRecords::default());
+        }
+        let run = self.by_run.get_mut(request.run_id).expect("inserted above");
         run.keys.push(idempotency_key.to_string());
         run.objects.push(object_id.clone());
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);

@@ -324,8 +324,9 @@ pub fn key_hex(key: &engine::key::Key) -> String {
 /// Records of created objects that a search can find by one term, indexed per run so finished runs can be dropped.
 #[derive(Debug, Default)]
 pub struct SearchIndex {
-    by_term: std::collections::BTreeMap<String, Vec<Indexed>>,
-    terms_by_run: std::collections::BTreeMap<String, Vec<String>>,
+    // Looked up, never iterated in an order that matters: fixed-seed hash maps (`engine::fastmap`).
+    by_term: engine::fastmap::FastMap<String, Vec<Indexed>>,
+    terms_by_run: engine::fastmap::FastMap<String, Vec<String>>,
 }
 
 /// One object in a [`SearchIndex`].

@@ -16,6 +16,7 @@ pub mod connector;
 pub mod decide;
 pub mod event;
 pub mod executor;
+pub mod fastmap;
 pub mod key;
 pub mod ledger;
 pub mod webhook;

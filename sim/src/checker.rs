@@ -10,6 +10,7 @@
 //! the checker maps one to the other, which is what lets it see the naive policy's duplicates at all.
 
 use crate::results::{Duplicates, InvariantResult, Latency};
+use engine::fastmap::FastMap;
 use engine::event::Event;
 use engine::key::Key;
 use engine::ledger::{Ledger, RunStatus, Status};
@@ -97,9 +98,10 @@ pub struct Checker {
     action_index: BTreeMap<String, usize>,
     /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
     plan_steps: BTreeSet<String>,
-    runs: BTreeMap<String, RunState>,
+    /// Looked up on every event; listed only in sorted order (`sorted_run_ids`).
+    runs: FastMap<String, RunState>,
     /// Sent key → ledger key, for calls in flight (dropped when the run finishes).
-    sent_to_ledger: BTreeMap<Key, Key>,
+    sent_to_ledger: FastMap<Key, Key>,
     incarnations: Vec<u32>,
     violations: BTreeMap<&'static str, Violations>,
     pub counters: Vec<ActionCounters>,
@@ -131,8 +133,8 @@ impl Checker {
             action_names,
             action_index,
             plan_steps,
-            runs: BTreeMap::new(),
-            sent_to_ledger: BTreeMap::new(),
+            runs: FastMap::default(),
+            sent_to_ledger: FastMap::default(),
             incarnations: vec![0; workers as usize],
             violations: BTreeMap::new(),
             runs_finished: 0,
@@ -415,7 +417,7 @@ impl Checker {
 
     /// Runs still unfinished after the heal phase: I8.
     pub fn finish(&mut self) {
-        let stuck: Vec<String> = self.runs.keys().take(3).cloned().collect();
+        let stuck = self.sorted_run_ids(3);
         let count = self.runs.len() as u64;
         if count > 0 {
             let v = self.violations.entry("I8").or_default();
@@ -435,7 +437,14 @@ impl Checker {
 
     /// Up to `count` runs that have not finished, for diagnosis.
     pub fn unfinished_runs(&self, count: usize) -> Vec<String> {
-        self.runs.keys().take(count).cloned().collect()
+        self.sorted_run_ids(count)
+    }
+
+    /// The first `count` run ids in string order (the order a `BTreeMap` would list them in).
+    fn sorted_run_ids(&self, count: usize) -> Vec<String> {
+        let mut ids: Vec<&String> = self.runs.keys().collect();
+        ids.sort_unstable();
+        ids.into_iter().take(count).cloned().collect()
     }
 
     pub fn runs_in_flight(&self) -> usize {
@@ -509,7 +518,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The run's state, created on first sight; looks up by `&str` first so the hot path allocates nothing.
-fn run_state<'a>(runs: &'a mut BTreeMap<String, RunState>, run_id: &str) -> &'a mut RunState {
+fn run_state<'a>(runs: &'a mut FastMap<String, RunState>, run_id: &str) -> &'a mut RunState {
     if !runs.contains_key(run_id) {
         runs.insert(run_id.to_owned(), RunState::default());
     }

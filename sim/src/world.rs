@@ -17,9 +17,10 @@ use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request};
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, Policy};
+use engine::fastmap::{FastMap, FastSet};
 use engine::key::Key;
 use engine::ledger::{Intake, Ledger, Resolution, RunStatus};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -448,18 +449,18 @@ struct Shared {
     up_since_ms: Mutex<Vec<u64>>,
     cut_until_ms: Mutex<Vec<u64>>,
     /// Live drivers of each run; a run is finished only when its last live driver ends.
-    drivers: Mutex<BTreeMap<String, Vec<Driver>>>,
+    drivers: Mutex<FastMap<String, Vec<Driver>>>,
     /// Runs started and not yet finished, and webhook changes whose deliveries are not all done.
     runs_in_flight: AtomicU64,
     changes_in_flight: AtomicU64,
     room: tokio::sync::Notify,
     healed: AtomicBool,
     /// A run id → did a person already look at it (so each paused run is resolved at most once).
-    person_seen: Mutex<BTreeSet<String>>,
+    person_seen: Mutex<FastSet<String>>,
     engine_errors: Mutex<Vec<String>>,
     /// The node that performs restarts and other supervisor work.
     supervisor: Mutex<Option<madsim::runtime::NodeHandle>>,
-    webhook_starts: Mutex<BTreeMap<String, ChangeDeliveries>>,
+    webhook_starts: Mutex<FastMap<String, ChangeDeliveries>>,
     /// The front door engine (set once the world is built).
     api: Mutex<Option<Arc<Engine>>>,
     /// The node the fake APIs serve requests on: never paused, never killed.
@@ -663,11 +664,14 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let orphans: Vec<String> = {
         let incarnations = world.incarnations.lock().expect("incarnations");
         let drivers = world.drivers.lock().expect("drivers");
-        drivers
+        let mut orphans: Vec<String> = drivers
             .iter()
             .filter(|(_, ds)| ds.iter().all(|d| incarnations[d.0 as usize] != d.1))
             .map(|(run_id, _)| run_id.clone())
-            .collect()
+            .collect();
+        // In run id order, whatever order the hash map holds them in.
+        orphans.sort_unstable();
+        orphans
     };
     for run_id in orphans {
         let run =
@@ -1084,15 +1088,15 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         down: Mutex::new(vec![false; workers as usize]),
         up_since_ms: Mutex::new(vec![0; workers as usize]),
         cut_until_ms: Mutex::new(vec![0; workers as usize]),
-        drivers: Mutex::new(BTreeMap::new()),
+        drivers: Mutex::new(FastMap::default()),
         runs_in_flight: AtomicU64::new(0),
         changes_in_flight: AtomicU64::new(0),
         room: tokio::sync::Notify::new(),
         healed: AtomicBool::new(false),
-        person_seen: Mutex::new(BTreeSet::new()),
+        person_seen: Mutex::new(FastSet::default()),
         engine_errors: Mutex::new(Vec::new()),
         supervisor: Mutex::new(None),
-        webhook_starts: Mutex::new(BTreeMap::new()),
+        webhook_starts: Mutex::new(FastMap::default()),
         api: Mutex::new(None),
         fakes_node: handle.create_node().name("fakes").build(),
         workflows: workflows::compiled_for(&config.profile),

@@ -1,12 +1,16 @@
 //! The in-memory ledger: the same contract as SQLite (`tests/ledger_contract.rs`), kept in ordered maps behind one
 //! mutex. For simulations and tests; nothing survives the process.
 //!
-//! Ordered maps only (`BTreeMap`/`BTreeSet`), so nothing a caller sees depends on hashing. Every record of a run is
+//! Listings come from ordered sets and the inbox is an ordered map, so nothing a caller sees depends on hashing; the
+//! maps that are only looked up (records by key, by run id) are fixed-seed hash maps ([`crate::fastmap`]), which a
+//! simulation hits several times per step. Every record of a run is
 //! also indexed by run id (step keys, plans, resolutions), so [`Ledger::forget_run`] drops a finished run in time
 //! proportional to its own size and a long simulation keeps bounded memory. Transitions are decided by the pure core
 //! in `transition.rs`, shared with the SQLite ledger.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::fastmap::FastMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
@@ -24,14 +28,14 @@ pub struct MemoryLedger {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Boxed: a B-tree node moves its values on every insert, and a record is ~250 bytes.
-    steps: BTreeMap<MapKey, Box<StepRecord>>,
+    /// Boxed: a record is ~250 bytes, and the table moves its values when it grows.
+    steps: FastMap<MapKey, Box<StepRecord>>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
-    keys_by_run: BTreeMap<String, Vec<Key>>,
-    plans: BTreeMap<MapKey, Plan>,
+    keys_by_run: FastMap<String, Vec<Key>>,
+    plans: FastMap<MapKey, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
-    plans_by_run: BTreeMap<String, Vec<Key>>,
-    runs: BTreeMap<String, RunRecord>,
+    plans_by_run: FastMap<String, Vec<Key>>,
+    runs: FastMap<String, RunRecord>,
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run.
     unfinished: BTreeSet<String>,
     paused: BTreeSet<String>,
@@ -40,11 +44,11 @@ struct Inner {
     /// (source, dedup key) → event id of the inbox row that carries it.
     dedup: BTreeMap<(String, String), String>,
     rejected: Vec<Rejected>,
-    resolutions: BTreeMap<String, Vec<ResolutionRecord>>,
+    resolutions: FastMap<String, Vec<ResolutionRecord>>,
 }
 
-/// A key as four big-endian words: the same order as the bytes, but compared inline (a `[u8; 32]` comparison is a
-/// `memcmp` call, which was a quarter of the find+record time).
+/// A key as four words, hashed and compared as integers (a `[u8; 32]` comparison is a `memcmp` call, which was a
+/// quarter of the find+record time when these maps were B-trees).
 type MapKey = [u64; 4];
 
 fn map_key(key: &Key) -> MapKey {
