@@ -10,8 +10,8 @@
 //! the checker maps one to the other, which is what lets it see the naive policy's duplicates at all.
 
 use crate::results::{Duplicates, InvariantResult, Latency};
-use engine::fastmap::FastMap;
 use engine::event::Event;
+use engine::fastmap::FastMap;
 use engine::key::Key;
 use engine::ledger::{Ledger, RunStatus, Status};
 use std::collections::{BTreeMap, BTreeSet};

@@ -13,7 +13,7 @@ use crate::workflows;
 use connectors_fake::rng::Rng;
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
-use engine::clock::{Clock, RuntimeClock};
+use engine::clock::Clock;
 use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request};
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, Policy};
@@ -89,7 +89,34 @@ struct MonitorState {
 
 struct Monitor {
     state: Mutex<MonitorState>,
-    clock: RuntimeClock,
+    clock: SimClock,
+}
+
+/// The simulated clock, read straight from madsim's time handle.
+///
+/// The same readings as `engine::clock::RuntimeClock` under the simulation (which reads `Instant::now()`, which madsim
+/// intercepts), without finding the runtime through thread-local storage, cloning its handles and converting through
+/// a `timespec` on every reading: the engine, the fakes and the monitor read the clock several times per step.
+#[derive(Clone)]
+struct SimClock {
+    time: madsim::time::TimeHandle,
+    start: std::time::Instant,
+    epoch_ms: u64,
+}
+
+impl SimClock {
+    /// Must be called inside the simulation's runtime.
+    fn new(epoch_ms: u64) -> Self {
+        let time = madsim::time::TimeHandle::current();
+        let start = time.now_instant();
+        Self { time, start, epoch_ms }
+    }
+}
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> u64 {
+        self.epoch_ms + self.time.now_instant().duration_since(self.start).as_millis() as u64
+    }
 }
 
 impl Monitor {
@@ -537,7 +564,7 @@ impl Shared {
         config.seed = self.config.seed;
         config.lease_ms = world.lease_ms;
         let observer: Arc<dyn Observer> = Arc::new(WorkerObserver { worker, world: self.clone() });
-        let clock: Arc<dyn Clock> = Arc::new(self.monitor.clock);
+        let clock: Arc<dyn Clock> = Arc::new(self.monitor.clock.clone());
         let mut engine = Engine::new(config, self.ledger.clone(), clock, observer);
         for connector in self.fakes.connectors() {
             engine.register_connector(Arc::new(WorkerLink { inner: connector, worker, world: self.clone() }));
@@ -1045,7 +1072,7 @@ async fn housekeeping(world: Arc<Shared>, api: Arc<Engine>) {
 /// Runs one simulation to the end of its heal phase. Must be called inside a madsim runtime.
 async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let handle = madsim::runtime::Handle::current();
-    let clock = RuntimeClock::new(EPOCH_MS);
+    let clock = SimClock::new(EPOCH_MS);
     let workers = config.profile.world.workers;
     let ledger: Arc<dyn Ledger> = match config.ledger {
         LedgerKind::Memory => Arc::new(engine::ledger::memory::MemoryLedger::new()),
@@ -1072,10 +1099,10 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
             extra_lookup_ms_total: 0,
             crashes: BTreeMap::new(),
         }),
-        clock,
+        clock: clock.clone(),
     });
     let sink: Arc<dyn EffectSink> = monitor.clone();
-    let fakes = workflows::Fakes::new(&config.profile, config.seed, Arc::new(clock), sink);
+    let fakes = workflows::Fakes::new(&config.profile, config.seed, Arc::new(clock.clone()), sink);
     let world = Arc::new(Shared {
         ledger: ledger.clone(),
         monitor: monitor.clone(),
