@@ -654,6 +654,8 @@ impl Shared {
             self.engine_error(format!("forget {run_id}: {e}"));
         }
         self.fakes.forget_run(run_id);
+        // A finished run is forgotten everywhere and never driven again, so no person will look at it again either.
+        self.person_seen.lock().expect("person").remove(run_id);
         self.progress.runs_finished.fetch_add(1, Ordering::Relaxed);
         self.runs_in_flight.fetch_sub(1, Ordering::Relaxed);
         self.room.notify_one();

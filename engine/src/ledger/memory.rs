@@ -1,14 +1,16 @@
-//! The in-memory ledger: the same contract as SQLite (`tests/ledger_contract.rs`), kept in ordered maps behind one
-//! mutex. For simulations and tests; nothing survives the process.
+//! The in-memory ledger: the same contract as SQLite (`tests/ledger_contract.rs`), kept in maps behind one mutex.
+//! For simulations and tests; nothing survives the process.
 //!
-//! Listings come from ordered sets and the inbox is an ordered map, so nothing a caller sees depends on hashing; the
-//! maps that are only looked up (records by key, by run id) are fixed-seed hash maps ([`crate::fastmap`]), which a
-//! simulation hits several times per step. Every record of a run is
-//! also indexed by run id (step keys, plans, resolutions), so [`Ledger::forget_run`] drops a finished run in time
-//! proportional to its own size and a long simulation keeps bounded memory. Transitions are decided by the pure core
-//! in `transition.rs`, shared with the SQLite ledger.
+//! The listings (unfinished and paused runs) come from ordered sets, so nothing a caller sees depends on hashing. The
+//! maps that are only looked up (records by key or by run id, the webhook inbox) are fixed-seed hash maps
+//! ([`crate::fastmap`]), which a simulation hits several times per step; inbox expiry removes every expired row, in
+//! whatever order. Every record of a run is also indexed by run id (step keys, plans, resolutions), so
+//! [`Ledger::forget_run`] drops a finished run in time proportional to its own size and a long simulation keeps
+//! bounded memory. Inbox rows are dropped by [`Ledger::expire_inbox`] after the retention, and are kept small because
+//! a simulation holds days of them. Transitions are decided by the pure core in `transition.rs`, shared with the
+//! SQLite ledger.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::fastmap::FastMap;
 use std::sync::{Mutex, MutexGuard};
@@ -39,10 +41,11 @@ struct Inner {
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run.
     unfinished: BTreeSet<String>,
     paused: BTreeSet<String>,
-    /// (source, event id) → inbox row.
-    inbox: BTreeMap<(String, String), InboxRow>,
-    /// (source, dedup key) → event id of the inbox row that carries it.
-    dedup: BTreeMap<(String, String), String>,
+    /// (source, event id) → inbox row. Rows live for the inbox retention (days), so a simulation at many times the
+    /// production rate holds millions: they are kept small, keyed by a 128-bit hash of the strings (see [`Ident`]).
+    inbox: FastMap<Ident, InboxRow>,
+    /// (source, dedup key) → the (source, event id) of the inbox row that carries it.
+    dedup: FastMap<Ident, Ident>,
     rejected: Vec<Rejected>,
     resolutions: FastMap<String, Vec<ResolutionRecord>>,
 }
@@ -63,10 +66,32 @@ struct Plan {
 
 #[derive(Debug)]
 struct InboxRow {
-    run_id: String,
-    dedup_key: Option<String>,
+    run_id: Box<str>,
+    dedup: Option<Ident>,
     received_ms: u64,
 }
+
+/// An inbox identity: the first 128 bits of blake3 over a domain tag and the length-prefixed source and id. Two
+/// different (source, id) pairs share one with probability about 2^-64 even among billions of events, so the ledger
+/// treats it as the pair itself. (The SQLite ledger keeps the strings.) A row keyed by the two strings in a B-tree took
+/// about three times the memory: 48 bytes of `String`s plus three heap blocks per row, and as much again for the
+/// dedup index.
+type Ident = [u8; 16];
+
+fn ident(domain: &[u8], source: &str, id: &str) -> Ident {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(domain);
+    for part in [source.as_bytes(), id.as_bytes()] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    let mut out = [0; 16];
+    out.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
+    out
+}
+
+const INBOX_EVENT_TAG: &[u8] = b"flow/memory-inbox/event";
+const INBOX_DEDUP_TAG: &[u8] = b"flow/memory-inbox/dedup";
 
 #[derive(Debug)]
 #[allow(dead_code, reason = "kept as a record of the rejection; only the receipt time is read (by expiry)")]
@@ -231,27 +256,21 @@ impl Ledger for MemoryLedger {
 
     fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {
         let mut inner = self.lock();
-        let event = (delivery.source.to_owned(), delivery.event_id.to_owned());
+        let event = ident(INBOX_EVENT_TAG, delivery.source, delivery.event_id);
         if let Some(row) = inner.inbox.get(&event) {
-            return Ok(Intake::Duplicate { run_id: row.run_id.clone() });
+            return Ok(Intake::Duplicate { run_id: row.run_id.to_string() });
         }
-        if let Some(dedup_key) = delivery.dedup_key {
-            let dedup = (delivery.source.to_owned(), dedup_key.to_owned());
-            if let Some(event_id) = inner.dedup.get(&dedup) {
-                let first = (delivery.source.to_owned(), event_id.clone());
-                let row = inner.inbox.get(&first).expect("a dedup key points at an inbox row that is gone");
-                return Ok(Intake::Duplicate { run_id: row.run_id.clone() });
+        let dedup = delivery.dedup_key.map(|dedup_key| ident(INBOX_DEDUP_TAG, delivery.source, dedup_key));
+        if let Some(dedup) = dedup {
+            if let Some(first) = inner.dedup.get(&dedup) {
+                let row = inner.inbox.get(first).expect("a dedup key points at an inbox row that is gone");
+                return Ok(Intake::Duplicate { run_id: row.run_id.to_string() });
             }
-            inner.dedup.insert(dedup, delivery.event_id.to_owned());
+            inner.dedup.insert(dedup, event);
         }
-        inner.inbox.insert(
-            event,
-            InboxRow {
-                run_id: run.run_id.clone(),
-                dedup_key: delivery.dedup_key.map(str::to_owned),
-                received_ms: delivery.received_ms,
-            },
-        );
+        inner
+            .inbox
+            .insert(event, InboxRow { run_id: run.run_id.as_str().into(), dedup, received_ms: delivery.received_ms });
         // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
         // retried a week later) was started by this event, so this delivery starts nothing.
         if inner.insert_run(run) {
@@ -273,17 +292,23 @@ impl Ledger for MemoryLedger {
 
     fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
         let mut inner = self.lock();
-        let expired: Vec<(String, String)> =
-            inner.inbox.iter().filter(|(_, row)| row.received_ms < before_ms).map(|(event, _)| event.clone()).collect();
-        for event in &expired {
-            let row = inner.inbox.remove(event).expect("collected above under the same lock");
-            if let Some(dedup_key) = row.dedup_key {
-                inner.dedup.remove(&(event.0.clone(), dedup_key));
+        // Every expired row goes, so the order the hash map visits them in cannot matter.
+        let mut expired_dedup = Vec::new();
+        let inbox_before = inner.inbox.len();
+        inner.inbox.retain(|_, row| {
+            let keep = row.received_ms >= before_ms;
+            if !keep && let Some(dedup) = row.dedup {
+                expired_dedup.push(dedup);
             }
+            keep
+        });
+        for dedup in &expired_dedup {
+            inner.dedup.remove(dedup);
         }
+        let expired = inbox_before - inner.inbox.len();
         let rejected_before = inner.rejected.len();
         inner.rejected.retain(|r| r.received_ms >= before_ms);
-        Ok((expired.len() + (rejected_before - inner.rejected.len())) as u64)
+        Ok((expired + (rejected_before - inner.rejected.len())) as u64)
     }
 
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
