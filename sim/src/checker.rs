@@ -98,7 +98,7 @@ pub struct Checker {
     action_index: BTreeMap<String, usize>,
     /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
     plan_steps: BTreeSet<String>,
-    /// Looked up on every event; listed only in sorted order (`sorted_run_ids`).
+    /// Looked up on every event; listed only in sorted order (`unfinished_runs`).
     runs: FastMap<String, RunState>,
     /// Sent key → ledger key, for calls in flight (dropped when the run finishes).
     sent_to_ledger: FastMap<Key, Key>,
@@ -417,7 +417,7 @@ impl Checker {
 
     /// Runs still unfinished after the heal phase: I8.
     pub fn finish(&mut self) {
-        let stuck = self.sorted_run_ids(3);
+        let stuck = self.unfinished_runs(3);
         let count = self.runs.len() as u64;
         if count > 0 {
             let v = self.violations.entry("I8").or_default();
@@ -435,13 +435,8 @@ impl Checker {
         run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.objects.first().cloned())
     }
 
-    /// Up to `count` runs that have not finished, for diagnosis.
+    /// Up to `count` runs that have not finished, for diagnosis: the first in string order (as a `BTreeMap` lists them).
     pub fn unfinished_runs(&self, count: usize) -> Vec<String> {
-        self.sorted_run_ids(count)
-    }
-
-    /// The first `count` run ids in string order (the order a `BTreeMap` would list them in).
-    fn sorted_run_ids(&self, count: usize) -> Vec<String> {
         let mut ids: Vec<&String> = self.runs.keys().collect();
         ids.sort_unstable();
         ids.into_iter().take(count).cloned().collect()

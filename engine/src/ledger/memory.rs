@@ -11,8 +11,6 @@
 //! SQLite ledger.
 
 use std::collections::BTreeSet;
-
-use crate::fastmap::FastMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
@@ -20,6 +18,7 @@ use super::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord, RunStatus,
     StepRecord,
 };
+use crate::fastmap::FastMap;
 use crate::key::Key;
 
 /// The in-memory ledger. Cheap to create; `Send + Sync`.
@@ -73,9 +72,8 @@ struct InboxRow {
 
 /// An inbox identity: the first 128 bits of blake3 over a domain tag and the length-prefixed source and id. Two
 /// different (source, id) pairs share one with probability about 2^-64 even among billions of events, so the ledger
-/// treats it as the pair itself. (The SQLite ledger keeps the strings.) A row keyed by the two strings in a B-tree took
-/// about three times the memory: 48 bytes of `String`s plus three heap blocks per row, and as much again for the
-/// dedup index.
+/// treats it as the pair itself. (The SQLite ledger keeps the strings.) Keyed by the two strings, a row took 48 bytes of
+/// `String`s and three heap blocks in a B-tree, and its dedup entry as much again in a second one.
 type Ident = [u8; 16];
 
 fn ident(domain: &[u8], source: &str, id: &str) -> Ident {

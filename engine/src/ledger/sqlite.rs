@@ -314,8 +314,9 @@ impl SqliteLedger {
     }
 }
 
-/// Runs a transaction-control statement (`BEGIN IMMEDIATE`, `COMMIT`) from the statement cache: with one transaction
-/// per write, parsing them again on every write (`execute_batch`) was a tenth of a SQLite simulation's time.
+/// Runs a transaction-control statement (`BEGIN IMMEDIATE`, `COMMIT`) from the statement cache. Every write that must
+/// commit at once (all of them with the default `group_commit_ops_max` of 0) begins and commits a transaction, and
+/// parsing both statements again each time (`execute_batch`) was a tenth of a SQLite simulation's time.
 fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
