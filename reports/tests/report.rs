@@ -13,10 +13,11 @@ fn month() -> Vec<Results> {
     vec![rules(1, 500, 3), rules(2, 60_000, 0), naive(3), naive(4)]
 }
 
-fn out_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("flow-reports-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A directory `name` that does not exist yet, inside a temporary directory removed (with it) when the guard drops.
+fn out_dir(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let parent = tempfile::Builder::new().prefix("flow-reports-test-").tempdir().expect("a temp dir");
+    let dir = parent.path().join(name);
+    (parent, dir)
 }
 
 #[test]
@@ -90,7 +91,7 @@ fn json_round_trips_and_loads_back_as_a_baseline() {
 
 #[test]
 fn write_report_writes_three_files_and_reads_back() {
-    let dir = out_dir("write");
+    let (_guard, dir) = out_dir("write");
     let runs = month();
     write_report(&runs, None, &dir).unwrap();
     for name in ["report.md", "report.html", "report.json"] {
@@ -134,7 +135,7 @@ fn baseline_diff_flags_significant_regressions_only() {
 
 #[test]
 fn load_errors_name_the_file_and_the_problem() {
-    let dir = out_dir("errors");
+    let (_guard, dir) = out_dir("errors");
     std::fs::create_dir_all(&dir).unwrap();
     // (file content, expected text in the error)
     let table: &[(&str, &str)] = &[

@@ -25,16 +25,11 @@ planner = "support-agent"
 inputs = { email = "{{trigger.email}}" }
 "#;
 
-fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("flowsim-defined-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, text).expect("write the profile");
-    path
-}
-
+/// Writes the profile to `NAME.toml` in a temporary directory (removed afterwards) and resolves it.
 fn resolve(name: &str, text: &str) -> Result<scenarios::run::Prepared, String> {
-    let path = write(name, text);
+    let dir = tempfile::Builder::new().prefix("flowsim-defined-").tempdir().expect("a temp dir");
+    let path = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write the profile");
     prepare(path.to_str().expect("UTF-8 temp path"), 1, Some(1_000))
 }
 

@@ -1,7 +1,7 @@
 //! Helpers shared by the tests that run the built `flowsim` binary.
 #![allow(dead_code, reason = "each test file uses its own subset")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 pub struct Output {
@@ -30,10 +30,23 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("temp paths are UTF-8")
 }
 
-/// A temporary directory named for the test, emptied first.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flowsim-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
+/// A fresh temporary directory whose name starts with the test's, removed with everything in it when dropped (so
+/// test runs leave nothing behind). It derefs to its path.
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+pub fn temp_dir(name: &str) -> Scratch {
+    Scratch(tempfile::Builder::new().prefix(&format!("flowsim-test-{name}-")).tempdir().expect("a temp dir"))
 }
