@@ -101,6 +101,18 @@ pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<K
     Ok(Key(*blake3::hash(&buf).as_bytes()))
 }
 
+/// The key of write number `index` of the step keyed `step`, whose inputs are already canonical bytes: equal to
+/// [`write_key`] of the inputs those bytes are the canonical form of.
+pub fn write_key_canonical(step: &Key, index: u32, canonical_inputs: &[u8]) -> Key {
+    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + canonical_inputs.len());
+    buf.extend_from_slice(WRITE_DOMAIN_TAG);
+    buf.extend_from_slice(&step.0);
+    buf.extend_from_slice(&index.to_le_bytes());
+    buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
+    buf.extend_from_slice(canonical_inputs);
+    Key(*blake3::hash(&buf).as_bytes())
+}
+
 /// `inputs` with each volatile path removed (a request timestamp, a trace id): such fields are sent to the connector
 /// but left out of the key, so a retry that refreshes them still finds the earlier attempt.
 ///
@@ -111,14 +123,21 @@ pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<K
 /// - a path that does not exist, or that passes through a non-object, is ignored (a volatile field may come and go);
 /// - the last name is removed with its value, whatever that value is (an object is removed whole).
 ///
-/// The input is not changed: the full inputs still go to the connector.
-pub fn without_volatile(inputs: &serde_json::Value, volatile_paths: &[String]) -> serde_json::Value {
+/// The input is not changed: the full inputs still go to the connector. With no volatile paths the inputs are
+/// borrowed, not copied.
+pub fn without_volatile<'a>(
+    inputs: &'a serde_json::Value,
+    volatile_paths: &[String],
+) -> std::borrow::Cow<'a, serde_json::Value> {
+    if volatile_paths.is_empty() {
+        return std::borrow::Cow::Borrowed(inputs);
+    }
     let mut out = inputs.clone();
     for path in volatile_paths {
         let parts: Vec<&str> = path.split('.').collect();
         remove_path(&mut out, &parts);
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 fn remove_path(value: &mut serde_json::Value, parts: &[&str]) {
