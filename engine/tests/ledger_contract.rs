@@ -149,6 +149,13 @@ fn claim_then_complete(f: Fixture) {
     l.complete(&k, 1, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
     l.complete(&k, 0, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
     assert_eq!(l.get(&k).unwrap().unwrap(), r);
+    // `inspect` lends the same record, and `None` for a key with none.
+    let mut lent = None;
+    l.inspect(&k, &mut |record| lent = record.cloned()).unwrap();
+    assert_eq!(lent, Some(r));
+    let mut none_for_unknown = false;
+    l.inspect(&key(99), &mut |record| none_for_unknown = record.is_none()).unwrap();
+    assert!(none_for_unknown);
     // A durable claim behaves the same.
     let mut durable = claim_of(key(2), "run-1", "w1", 10, 0);
     durable.durable = true;
@@ -339,11 +346,18 @@ fn runs(f: Fixture) {
     }
     assert!(!l.create_run(&run_of("r1", RunStatus::Failed)).unwrap(), "an existing run is kept");
     assert_eq!(l.get_run("r1").unwrap(), Some(run_of("r1", RunStatus::Pending)));
+    let mut lent = None;
+    l.inspect_run("r1", &mut |run| lent = run.cloned()).unwrap();
+    assert_eq!(lent, Some(run_of("r1", RunStatus::Pending)));
+    let mut none_for_unknown = false;
+    l.inspect_run("nope", &mut |run| none_for_unknown = run.is_none()).unwrap();
+    assert!(none_for_unknown);
     assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r3", "r4"]);
     assert_eq!(l.paused_runs().unwrap(), ["r5"]);
     l.set_run_status("r4", RunStatus::Paused, Some("at-most-once payout indeterminate"), 50).unwrap();
     l.set_run_status("r3", RunStatus::Succeeded, None, 51).unwrap();
     l.set_run_status("r5", RunStatus::Running, None, 52).unwrap();
+    l.set_run_status("r1", RunStatus::Running, None, 53).unwrap();
     assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r5"]);
     assert_eq!(l.paused_runs().unwrap(), ["r4"]);
     let r4 = l.get_run("r4").unwrap().unwrap();

@@ -13,7 +13,7 @@ use crate::results::{Duplicates, InvariantResult, Latency};
 use engine::event::Event;
 use engine::fastmap::FastMap;
 use engine::key::Key;
-use engine::ledger::{Ledger, RunStatus, Status};
+use engine::ledger::{Ledger, RunStatus, Status, StepRecord};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The invariants, in order.
@@ -363,51 +363,55 @@ impl Checker {
         let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.objects.iter().map(String::as_str)).collect();
         for (key, state) in &run.keys {
             self.counters[state.action].steps += 1;
-            let record = match ledger.get(key) {
-                Ok(r) => r,
-                Err(e) => panic!("the ledger failed while the checker read key {key}: {e}"),
-            };
-            let ledger_succeeded = record.as_ref().is_some_and(|r| r.status == Status::Succeeded);
-            if state.succeeded && !ledger_succeeded {
-                found.push((
-                    "I10",
-                    format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id),
-                ));
-            }
-            if ledger_succeeded && !state.resolved_by_person {
-                // No effect of its own is right when the step adopted an object another step of the run created: an
-                // API unique on a natural key (contacts: the email) answers a second create with the first object,
-                // and a lookup finds it.
-                let adopted = || {
-                    let output = record.as_ref().and_then(|r| r.output.as_deref()).unwrap_or_default();
-                    let id = serde_json::from_slice::<serde_json::Value>(output)
-                        .ok()
-                        .and_then(|v| v.get("id").and_then(|id| id.as_str().map(str::to_owned)));
-                    id.is_some_and(|id| run_objects.contains(&id.as_str()))
-                };
-                if state.effects == 0 {
-                    if !adopted() {
-                        found
-                            .push(("I2", format!("run {run_id} step {}: succeeded without any effect", state.step_id)));
-                    }
-                } else if let Some(output) = record.as_ref().and_then(|r| r.output.as_deref())
-                    && !state.objects.iter().any(|object| contains(output, object.as_bytes()))
-                {
+            // The record is read in place (the ledger's lock is held meanwhile; nothing below calls the ledger).
+            let mut check = |record: Option<&StepRecord>| {
+                let ledger_succeeded = record.is_some_and(|r| r.status == Status::Succeeded);
+                if state.succeeded && !ledger_succeeded {
                     found.push((
-                        "I2",
-                        format!(
-                            "run {run_id} step {}: the stored output describes none of its effects ({})",
-                            state.step_id,
-                            state.objects.join(", ")
-                        ),
+                        "I10",
+                        format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id),
                     ));
                 }
-            }
-            if state.effects > 0 && !ledger_succeeded && status == RunStatus::Failed && !run.aborted {
-                found.push((
-                    "I3",
-                    format!("run {run_id} step {}: an effect belongs to a run marked failed", state.step_id),
-                ));
+                let output = record.and_then(|r| r.output.as_deref());
+                if ledger_succeeded && !state.resolved_by_person {
+                    // No effect of its own is right when the step adopted an object another step of the run
+                    // created: an API unique on a natural key (contacts: the email) answers a second create with the
+                    // first object, and a lookup finds it.
+                    let adopted = || {
+                        let id = serde_json::from_slice::<serde_json::Value>(output.unwrap_or_default())
+                            .ok()
+                            .and_then(|v| v.get("id").and_then(|id| id.as_str().map(str::to_owned)));
+                        id.is_some_and(|id| run_objects.contains(&id.as_str()))
+                    };
+                    if state.effects == 0 {
+                        if !adopted() {
+                            found.push((
+                                "I2",
+                                format!("run {run_id} step {}: succeeded without any effect", state.step_id),
+                            ));
+                        }
+                    } else if let Some(output) = output
+                        && !state.objects.iter().any(|object| contains(output, object.as_bytes()))
+                    {
+                        found.push((
+                            "I2",
+                            format!(
+                                "run {run_id} step {}: the stored output describes none of its effects ({})",
+                                state.step_id,
+                                state.objects.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                if state.effects > 0 && !ledger_succeeded && status == RunStatus::Failed && !run.aborted {
+                    found.push((
+                        "I3",
+                        format!("run {run_id} step {}: an effect belongs to a run marked failed", state.step_id),
+                    ));
+                }
+            };
+            if let Err(e) = ledger.inspect(key, &mut check) {
+                panic!("the ledger failed while the checker read key {key}: {e}");
             }
         }
         for (id, d) in found {

@@ -1,16 +1,14 @@
 //! The in-memory ledger: the same contract as SQLite (`tests/ledger_contract.rs`), kept in maps behind one mutex.
 //! For simulations and tests; nothing survives the process.
 //!
-//! The listings (unfinished and paused runs) come from ordered sets, so nothing a caller sees depends on hashing. The
-//! maps that are only looked up (records by key or by run id, the webhook inbox) are fixed-seed hash maps
-//! ([`crate::fastmap`]), which a simulation hits several times per step; inbox expiry removes every expired row, in
-//! whatever order. Every record of a run is also indexed by run id (step keys, plans, resolutions), so
+//! Every map is a fixed-seed hash map ([`crate::fastmap`]), which a simulation hits several times per step; the two
+//! listings (unfinished and paused runs) are sorted before they are returned, so nothing a caller sees depends on
+//! hashing, and inbox expiry removes every expired row, in whatever order. Every record of a run is also indexed by run id (step keys, plans, resolutions), so
 //! [`Ledger::forget_run`] drops a finished run in time proportional to its own size and a long simulation keeps
 //! bounded memory. Inbox rows are dropped by [`Ledger::expire_inbox`] after the retention, and are kept small because
 //! a simulation holds days of them. Transitions are decided by the pure core in `transition.rs`, shared with the
 //! SQLite ledger.
 
-use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
@@ -18,7 +16,7 @@ use super::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord, RunStatus,
     StepRecord,
 };
-use crate::fastmap::FastMap;
+use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
 
 /// The in-memory ledger. Cheap to create; `Send + Sync`.
@@ -37,9 +35,9 @@ struct Inner {
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
     plans_by_run: FastMap<String, Vec<Key>>,
     runs: FastMap<String, RunRecord>,
-    /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run.
-    unfinished: BTreeSet<String>,
-    paused: BTreeSet<String>,
+    /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run (it sorts them).
+    unfinished: FastSet<String>,
+    paused: FastSet<String>,
     /// (source, event id) → inbox row. Rows live for the inbox retention (days), so a simulation at many times the
     /// production rate holds millions: they are kept small, keyed by a 128-bit hash of the strings (see [`Ident`]).
     inbox: FastMap<Ident, InboxRow>,
@@ -128,7 +126,8 @@ impl MemoryLedger {
 
 impl Inner {
     fn set_run_indexes(&mut self, run_id: &str, old: Option<RunStatus>, new: RunStatus) {
-        if old == Some(new) {
+        let unfinished = |status: RunStatus| matches!(status, RunStatus::Pending | RunStatus::Running);
+        if old == Some(new) || (old.is_some_and(unfinished) && unfinished(new)) {
             return;
         }
         match old {
@@ -173,9 +172,21 @@ impl Inner {
     }
 }
 
+/// The ids of a set, sorted (the listings promise id order).
+fn sorted(ids: &FastSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = ids.iter().cloned().collect();
+    out.sort_unstable();
+    out
+}
+
 impl Ledger for MemoryLedger {
     fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
         Ok(self.lock().steps.get(&map_key(key)).map(|record| StepRecord::clone(record)))
+    }
+
+    fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
+        read(self.lock().steps.get(&map_key(key)).map(|record| &**record));
+        Ok(())
     }
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
@@ -227,6 +238,11 @@ impl Ledger for MemoryLedger {
         Ok(self.lock().runs.get(run_id).cloned())
     }
 
+    fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
+        read(self.lock().runs.get(run_id));
+        Ok(())
+    }
+
     fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
         Ok(self.lock().runs.get(run_id).map(|run| run.status))
     }
@@ -245,11 +261,11 @@ impl Ledger for MemoryLedger {
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {
-        Ok(self.lock().unfinished.iter().cloned().collect())
+        Ok(sorted(&self.lock().unfinished))
     }
 
     fn paused_runs(&self) -> Result<Vec<String>> {
-        Ok(self.lock().paused.iter().cloned().collect())
+        Ok(sorted(&self.lock().paused))
     }
 
     fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {

@@ -245,6 +245,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub trait Ledger: Send + Sync {
     // --- keys -------------------------------------------------------------------------------------------------
     fn get(&self, key: &Key) -> Result<Option<StepRecord>>;
+    /// Calls `read` with the record of `key` (or `None`), borrowed where the ledger can, so that a reader of a field
+    /// or two does not copy the whole record. `read` may run under the ledger's lock: it must not call the ledger.
+    fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
+        read(self.get(key)?.as_ref());
+        Ok(())
+    }
     /// Takes the lease and writes the intent. See [`Claim`].
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed>;
     /// Records the end of the attempt made under `fence`.
@@ -268,6 +274,11 @@ pub trait Ledger: Send + Sync {
     /// Creates the run unless a run with its id exists; returns whether it created it.
     fn create_run(&self, run: &RunRecord) -> Result<bool>;
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>>;
+    /// Calls `read` with the run's record (or `None`), borrowed where the ledger can: see [`Ledger::inspect`].
+    fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
+        read(self.get_run(run_id)?.as_ref());
+        Ok(())
+    }
     /// The status of a run, without copying its trigger (a restart asks this of every unfinished run).
     fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
         Ok(self.get_run(run_id)?.map(|run| run.status))
