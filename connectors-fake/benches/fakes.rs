@@ -29,7 +29,7 @@ fn rng(c: &mut Criterion) {
 }
 
 fn handle(c: &mut Criterion) {
-    let inputs = json!({ "email": "ada@example.com", "amount": 1200 });
+    let inputs = std::sync::Arc::new(json!({ "email": "ada@example.com", "amount": 1200 }));
     for kind in FakeKind::ALL {
         let mut server = kind.server("bench", FaultProfile::default());
         let mut n: u64 = 0;

@@ -12,7 +12,8 @@ use crate::server::{Api, Context, Handled, not_applied};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use serde_json::json;
+use engine::json::object;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub const SEND_PAYOUT: &str = "send_payout";
@@ -72,14 +73,18 @@ impl Api for AtMostOnce {
         }
         self.next_id += 1;
         let id = format!("{}_{}", self.id_prefix, self.next_id);
-        let record = json!({ "id": id, "status": "accepted", "params": request.inputs });
+        let record = Arc::new(object([
+            ("id", Value::from(id.as_str())),
+            ("status", "accepted".into()),
+            ("params", Value::clone(request.inputs)),
+        ]));
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
             event_id: format!("evt_{}", self.next_id),
             object_id: id,
             event_type: self.event_type.into(),
-            payload: Arc::new(record.clone()),
+            payload: record.clone(),
         };
         Handled { outcome: Outcome::Applied(record), effect: Some(effect), event: Some(event) }
     }

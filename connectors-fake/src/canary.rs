@@ -57,7 +57,7 @@ impl Api for Canary {
         self.next_id += 1;
         let id = format!("canary_{}", self.next_id);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
-        Handled { outcome: Outcome::Applied(json!({ "id": id })), effect: Some(effect), event: None }
+        Handled { outcome: Outcome::Applied(Arc::new(json!({ "id": id }))), effect: Some(effect), event: None }
     }
 
     fn search(&mut self, _now_ms: u64, _request: &Request<'_>) -> LookupOutcome {

@@ -17,7 +17,8 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use serde_json::{Value, json};
+use engine::json::object;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub const CREATE_CONTACT: &str = "create_contact";
@@ -84,12 +85,16 @@ impl Api for Contacts {
         if let Some(existing) = self.by_email.committed(&email) {
             let mut record = Value::clone(&existing.record);
             record["conflict"] = Value::Bool(true);
-            return Handled::outcome(Outcome::Applied(record));
+            return Handled::outcome(Outcome::Applied(Arc::new(record)));
         }
         self.next_id += 1;
         let id = format!("contact_{}", self.next_id);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = Arc::new(json!({ "id": id, "email": email, "properties": request.inputs }));
+        let record = Arc::new(object([
+            ("id", Value::from(id.as_str())),
+            ("email", Value::from(email.as_str())),
+            ("properties", Value::clone(request.inputs)),
+        ]));
         self.by_email.insert(request.run_id, email, Indexed { id: id.clone(), visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
@@ -99,7 +104,7 @@ impl Api for Contacts {
             event_type: "contact.creation".into(),
             payload: record.clone(),
         };
-        Handled { outcome: Outcome::Applied(Value::clone(&record)), effect: Some(effect), event: Some(event) }
+        Handled { outcome: Outcome::Applied(record.clone()), effect: Some(effect), event: Some(event) }
     }
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
@@ -107,7 +112,7 @@ impl Api for Contacts {
             return LookupOutcome::Failed("400 `email` is required".into());
         };
         match self.by_email.search(&email, now_ms) {
-            Some(found) => LookupOutcome::Found(Value::clone(&found.record)),
+            Some(found) => LookupOutcome::Found(found.record.clone()),
             None => LookupOutcome::NotFound,
         }
     }

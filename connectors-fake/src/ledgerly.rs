@@ -17,7 +17,8 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_ap
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use serde_json::{Value, json};
+use engine::json::object;
+use serde_json::Value;
 use std::sync::Arc;
 
 pub const RECORD_ENTRY: &str = "record_entry";
@@ -80,7 +81,11 @@ impl Api for Ledgerly {
         let id = format!("entry_{}", self.next_id);
         let external_ref = key_hex(request.key);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = Arc::new(json!({ "id": id, "external_ref": external_ref, "fields": request.inputs }));
+        let record = Arc::new(object([
+            ("id", Value::from(id.as_str())),
+            ("external_ref", Value::from(external_ref.as_str())),
+            ("fields", Value::clone(request.inputs)),
+        ]));
         let indexed = Indexed { id: id.clone(), visible_ms, record: record.clone() };
         self.by_external_ref.insert(request.run_id, external_ref, indexed);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
@@ -91,12 +96,12 @@ impl Api for Ledgerly {
             event_type: "entry.created".into(),
             payload: record.clone(),
         };
-        Handled { outcome: Outcome::Applied(Value::clone(&record)), effect: Some(effect), event: Some(event) }
+        Handled { outcome: Outcome::Applied(record.clone()), effect: Some(effect), event: Some(event) }
     }
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
         match self.by_external_ref.search(&key_hex(request.key), now_ms) {
-            Some(found) => LookupOutcome::Found(Value::clone(&found.record)),
+            Some(found) => LookupOutcome::Found(found.record.clone()),
             None => LookupOutcome::NotFound,
         }
     }

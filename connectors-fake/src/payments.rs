@@ -24,7 +24,8 @@ use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
 use engine::fastmap::FastMap;
-use serde_json::{Value, json};
+use engine::json::object;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -64,7 +65,8 @@ struct RunRecords {
 #[derive(Debug)]
 struct KeyRecord {
     action: usize,
-    inputs: Value,
+    /// The first request's inputs (shared with the caller's request, not copied).
+    inputs: Arc<Value>,
     response: Stored,
     /// The first request's response leaves at this time; until then the key is in flight.
     completed_ms: u64,
@@ -160,11 +162,11 @@ impl Payments {
             if cx.now_ms < record.completed_ms {
                 return Handled::outcome(Outcome::KeyInFlight);
             }
-            if record.action != action || &record.inputs != request.inputs {
+            if record.action != action || record.inputs != *request.inputs {
                 return Handled::outcome(Outcome::KeyReusedWithDifferentPayload(IDEMPOTENCY_ERROR.to_string()));
             }
             let outcome = match &record.response {
-                Stored::Applied(value) => Outcome::Applied(Value::clone(value)),
+                Stored::Applied(value) => Outcome::Applied(value.clone()),
                 Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
             };
             return Handled::outcome(outcome);
@@ -172,15 +174,22 @@ impl Payments {
         self.next_id += 1;
         let (object_id, record, event_type, visible_ms) = if action == 0 {
             let id = format!("cus_{}", self.next_id);
-            let record = json!({
-                "id": id, "object": "customer", "params": request.inputs,
-                "metadata": { "flow_key": key_hex(request.key) },
-            });
+            let record = object([
+                ("id", Value::from(id.as_str())),
+                ("object", "customer".into()),
+                ("params", Value::clone(request.inputs)),
+                ("metadata", object([("flow_key", key_hex(request.key).into())])),
+            ]);
             (id, Arc::new(record), "customer.created", cx.now_ms + cx.lag_ms)
         } else {
             let id = format!("ch_{}", self.next_id);
             let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
-            let record = json!({ "id": id, "object": "charge", "amount": amount, "status": "succeeded" });
+            let record = object([
+                ("id", Value::from(id.as_str())),
+                ("object", "charge".into()),
+                ("amount", amount),
+                ("status", "succeeded".into()),
+            ]);
             (id, Arc::new(record), "charge.succeeded", cx.now_ms)
         };
         if action == 0 {
@@ -190,7 +199,7 @@ impl Payments {
         self.objects_by_id.insert(object_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
         let outcome = match &response {
-            Stored::Applied(value) => Outcome::Applied(Value::clone(value)),
+            Stored::Applied(value) => Outcome::Applied(value.clone()),
             Stored::ServerError => Outcome::Indeterminate(crate::server::ERROR_AFTER_COMMIT.to_string()),
         };
         // `next_id` was bumped above for this key alone: a unique sequence number.
@@ -253,7 +262,7 @@ impl Api for Payments {
             return LookupOutcome::Failed(format!("no search for `{}`", request.action));
         }
         match self.customers.search(&key_hex(request.key), now_ms) {
-            Some(found) => LookupOutcome::Found(Value::clone(&found.record)),
+            Some(found) => LookupOutcome::Found(found.record.clone()),
             None => LookupOutcome::NotFound,
         }
     }

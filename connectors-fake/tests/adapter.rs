@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 const EPOCH_MS: u64 = 1_700_000_000_000;
 
-fn inputs() -> serde_json::Value {
-    json!({ "email": "ada@example.com", "amount": 500 })
+fn inputs() -> std::sync::Arc<serde_json::Value> {
+    std::sync::Arc::new(json!({ "email": "ada@example.com", "amount": 500 }))
 }
 
 #[cfg(not(madsim))]

@@ -14,6 +14,7 @@ use connectors_fake::server::{
 use engine::connector::{GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::key::Key;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 const T0_MS: u64 = 1_700_000_000_000;
 
@@ -31,14 +32,14 @@ fn inputs(n: u64) -> Value {
 
 struct Call {
     action: &'static str,
-    inputs: Value,
+    inputs: Arc<Value>,
     key: Key,
     run_id: String,
 }
 
 impl Call {
     fn new(kind: FakeKind, n: u64) -> Self {
-        Call { action: kind.create_action(), inputs: inputs(n), key: key(n), run_id: format!("run-{n}") }
+        Call { action: kind.create_action(), inputs: inputs(n).into(), key: key(n), run_id: format!("run-{n}") }
     }
 
     fn request(&self, attempt: u32) -> Request<'_> {
@@ -325,7 +326,7 @@ fn payments_key_rules() {
     assert_eq!(s.handle(T0_MS + 500, &call.request(3), &Draws::CLEAN).outcome, first.outcome);
 
     // Same key, other parameters, or the other action: idempotency_error.
-    let changed = Call { inputs: json!({ "amount": 999 }), ..Call::new(FakeKind::Payments, 1) };
+    let changed = Call { inputs: Arc::new(json!({ "amount": 999 })), ..Call::new(FakeKind::Payments, 1) };
     let changed = Call { action: "charge", ..changed };
     let h = s.handle(T0_MS + 1_000, &changed.request(1), &Draws::CLEAN);
     assert!(matches!(h.outcome, Outcome::KeyReusedWithDifferentPayload(_)), "{:?}", h.outcome);
@@ -342,7 +343,7 @@ fn payments_key_rules() {
 #[test]
 fn validation_errors_and_rate_limits_are_not_stored() {
     let mut s = server(FakeKind::Payments, FaultProfile::default());
-    let bad = Call { action: "charge", inputs: json!({ "amount": 0 }), ..Call::new(FakeKind::Payments, 1) };
+    let bad = Call { action: "charge", inputs: Arc::new(json!({ "amount": 0 })), ..Call::new(FakeKind::Payments, 1) };
     let h = s.handle(T0_MS, &bad.request(1), &Draws::CLEAN);
     assert!(
         matches!(&h.outcome, Outcome::NotApplied(n) if !n.retryable && n.error.starts_with("400")),
@@ -381,13 +382,16 @@ fn contacts_conflict_answers_the_existing_contact() {
     let h = s.handle(T0_MS, &first.request(1), &Draws { lag_ms: 5_000, ..Draws::CLEAN });
     let id = applied_id(&h.outcome);
     // Another write (another key) for the same email, in other case, before the search can see the first.
-    let second =
-        Call { inputs: json!({ "email": "USER1@example.com" }), key: key(99), ..Call::new(FakeKind::Contacts, 2) };
+    let second = Call {
+        inputs: Arc::new(json!({ "email": "USER1@example.com" })),
+        key: key(99),
+        ..Call::new(FakeKind::Contacts, 2)
+    };
     let h2 = s.handle(T0_MS + 1, &second.request(1), &Draws::CLEAN);
     assert_eq!(applied_id(&h2.outcome), id);
     assert!(matches!(&h2.outcome, Outcome::Applied(v) if v["conflict"] == json!(true)));
     assert_eq!(h2.effect, None);
-    let missing = Call { inputs: json!({ "name": "no email" }), ..Call::new(FakeKind::Contacts, 3) };
+    let missing = Call { inputs: Arc::new(json!({ "name": "no email" })), ..Call::new(FakeKind::Contacts, 3) };
     assert!(matches!(s.handle(T0_MS, &missing.request(1), &Draws::CLEAN).outcome, Outcome::NotApplied(_)));
 }
 

@@ -32,7 +32,7 @@ mod bench {
             &self.actions
         }
         fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
-            Box::pin(async move { Outcome::Applied(json!({ "id": request.attempt })) })
+            Box::pin(async move { Outcome::Applied(json!({ "id": request.attempt }).into()) })
         }
         fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
             Box::pin(async move { LookupOutcome::NotFound })

@@ -4,8 +4,10 @@
 //! and the three-valued [`Outcome`] of each call (as in Jepsen histories: applied, not applied, indeterminate).
 
 use crate::key::Key;
+use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// A boxed future, so connectors can be trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -62,10 +64,14 @@ impl ActionSpec {
 }
 
 /// One call to a connector.
+///
+/// JSON that crosses the connector boundary (the inputs, an applied call's answer, a lookup's find) is shared
+/// (`Arc`), not copied: a simulated connector hands the request to another task and keeps the answer it gives, and
+/// each copy of a JSON tree is an allocation per node.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub action: &'a str,
-    pub inputs: &'a serde_json::Value,
+    pub inputs: &'a Arc<Value>,
     /// The key of this write; sent as the idempotency key where the API takes one, put in metadata where it can be
     /// searched for.
     pub key: &'a Key,
@@ -86,7 +92,7 @@ pub struct NotApplied {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// Applied, with the API's answer.
-    Applied(serde_json::Value),
+    Applied(Arc<Value>),
     /// Definitely not applied.
     NotApplied(NotApplied),
     /// Maybe applied: a timeout, a reset after send, a 5xx after the request left.
@@ -102,7 +108,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LookupOutcome {
     /// An earlier create of this write, with the API's record of it (adopted as the output).
-    Found(serde_json::Value),
+    Found(Arc<Value>),
     NotFound,
     /// The search itself failed; nothing can be concluded.
     Failed(String),

@@ -173,7 +173,7 @@ struct Compiled {
 
 /// How one key (or one step) ended in this drive.
 enum KeyEnd {
-    Done(Value),
+    Done(Arc<Value>),
     Paused { reason: String, key: Key },
     Failed { reason: String },
 }
@@ -184,7 +184,7 @@ struct KeyJob<'a> {
     step_id: &'a str,
     key: Key,
     bound: &'a Bound,
-    inputs: &'a Value,
+    inputs: &'a Arc<Value>,
     inputs_hash: [u8; 32],
 }
 
@@ -555,30 +555,36 @@ impl Engine {
     }
 
     async fn drive_with(&self, run_id: &str, edited_trigger: Option<&Value>) -> Result<RunStatus, Error> {
-        let run = self.ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         let walking = edited_trigger.is_some();
-        match run.status {
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(run.status),
+        // Read in place: the status, the workflow's name and (unless the run ends here or an edited trigger replaces
+        // it) the parsed trigger, without copying the run's record.
+        let mut read = None;
+        self.ledger.inspect_run(run_id, &mut |run| {
+            read = run.map(|run| {
+                let ends_here =
+                    !walking && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused);
+                let trigger = (!ends_here && !walking).then(|| serde_json::from_slice::<Value>(&run.trigger));
+                (run.status, run.workflow.clone(), trigger)
+            });
+        })?;
+        let (status, workflow, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        match status {
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(status),
             _ => {}
         }
         let compiled =
-            self.workflows.get(&run.workflow).cloned().ok_or_else(|| Error::UnknownWorkflow(run.workflow.clone()))?;
-        if run.status == RunStatus::Pending {
+            self.workflows.get(&workflow).cloned().ok_or_else(|| Error::UnknownWorkflow(workflow.clone()))?;
+        if status == RunStatus::Pending {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
-            self.observer.event(&Event::RunStarted { run_id, workflow: &run.workflow });
-        } else if run.status != RunStatus::Running && edited_trigger.is_some() {
+            self.observer.event(&Event::RunStarted { run_id, workflow: &workflow });
+        } else if status != RunStatus::Running && edited_trigger.is_some() {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
         }
-        let stored_trigger;
-        let trigger = match edited_trigger {
-            Some(t) => t,
-            None => {
-                stored_trigger = serde_json::from_slice::<Value>(&run.trigger)
-                    .map_err(|e| Error::Corrupt(format!("trigger of run {run_id}: {e}")))?;
-                &stored_trigger
-            }
-        };
-        let mut outputs: Vec<Value> = Vec::with_capacity(compiled.kinds.len());
+        let stored_trigger =
+            stored_trigger.transpose().map_err(|e| Error::Corrupt(format!("trigger of run {run_id}: {e}")))?;
+        let trigger =
+            edited_trigger.or(stored_trigger.as_ref()).expect("parsed above unless an edited trigger is given");
+        let mut outputs: Vec<Arc<Value>> = Vec::with_capacity(compiled.kinds.len());
         for (step, kind) in compiled.workflow.steps.iter().zip(&compiled.kinds) {
             let end = match kind {
                 CompiledKind::Action(bound) => {
@@ -621,15 +627,10 @@ impl Engine {
         bound: &Bound,
         template: &Template,
         trigger: &Value,
-        outputs: &[Value],
+        outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
-        let inputs = workflow::render(template, trigger, outputs);
-        let canonical = if step.volatile.is_empty() {
-            canonical::to_vec(&inputs)
-        } else {
-            canonical::to_vec(&key::without_volatile(&inputs, &step.volatile))
-        };
-        let canonical = match canonical {
+        let inputs = Arc::new(workflow::render(template, trigger, outputs));
+        let canonical = match canonical::to_vec(&key::without_volatile(&inputs, &step.volatile)) {
             Ok(c) => c,
             Err(e) => return Ok(self.unkeyable(&step.id, &e)),
         };
@@ -650,30 +651,39 @@ impl Engine {
         step: &workflow::Step,
         writes: &[(String, Template)],
         trigger: &Value,
-        outputs: &[Value],
+        outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
-        let plan: Vec<Value> = writes
-            .iter()
-            .map(|(action, template)| {
-                let inputs = workflow::render(template, trigger, outputs);
-                serde_json::json!({ "action": action, "inputs": inputs })
-            })
-            .collect();
-        let key_plan: Vec<Value> = if step.volatile.is_empty() {
-            plan.clone()
-        } else {
-            plan.iter()
-                .map(|w| serde_json::json!({"action": w["action"], "inputs": key::without_volatile(&w["inputs"], &step.volatile)}))
-                .collect()
+        let plan = Value::Array(
+            writes
+                .iter()
+                .map(|(action, template)| {
+                    let inputs = workflow::render(template, trigger, outputs);
+                    crate::json::object([("action", Value::from(action.as_str())), ("inputs", inputs)])
+                })
+                .collect(),
+        );
+        // With no volatile paths the key covers the whole plan: its canonical bytes serve the key and the record.
+        let plan_bytes = step.volatile.is_empty().then(|| canonical::to_vec(&plan));
+        let key_plan_bytes;
+        let key_bytes = match &plan_bytes {
+            Some(bytes) => bytes.as_ref(),
+            None => {
+                let key_plan = plan.as_array().expect("built as an array").iter().map(|w| {
+                    let inputs = key::without_volatile(&w["inputs"], &step.volatile);
+                    serde_json::json!({"action": w["action"], "inputs": inputs})
+                });
+                key_plan_bytes = canonical::to_vec(&Value::Array(key_plan.collect()));
+                key_plan_bytes.as_ref()
+            }
         };
-        let step_key = match canonical::to_vec(&Value::Array(key_plan)) {
-            Ok(c) => key::step_key_canonical(run_id, &step.id, &c),
-            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+        let step_key = match key_bytes {
+            Ok(c) => key::step_key_canonical(run_id, &step.id, c),
+            Err(e) => return Ok(self.unkeyable(&step.id, e)),
         };
         let recorded = match self.ledger.get_plan(&step_key)? {
             Some(recorded) => (recorded, true),
             None => {
-                let bytes = match canonical::to_vec(&Value::Array(plan)) {
+                let bytes = match plan_bytes.unwrap_or_else(|| canonical::to_vec(&plan)) {
                     Ok(b) => b,
                     Err(e) => return Ok(self.unkeyable(&step.id, &e)),
                 };
@@ -693,9 +703,9 @@ impl Engine {
         planner: &Arc<dyn Planner>,
         template: &Template,
         trigger: &Value,
-        outputs: &[Value],
+        outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
-        let inputs = workflow::render(template, trigger, outputs);
+        let inputs = Arc::new(workflow::render(template, trigger, outputs));
         let step_key = match key::step_key(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
             Ok(k) => k,
             Err(e) => return Ok(self.unkeyable(&step.id, &e)),
@@ -763,27 +773,26 @@ impl Engine {
         });
         self.maybe_halt(CrashPoint::AfterPlanBeforeFirstWrite, run_id, &step_key).await;
         let mut outputs = Vec::with_capacity(writes.len());
-        for (index, write) in writes.iter().enumerate() {
+        for (index, write) in writes.into_iter().enumerate() {
             let bound =
                 self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
             let canonical = canonical::to_vec(&key::without_volatile(&write.inputs, &step.volatile))
                 .map_err(|e| corrupt(&e.to_string()))?;
-            let key = key::write_key(&step_key, index as u32, &key::without_volatile(&write.inputs, &step.volatile))
-                .map_err(|e| corrupt(&e.to_string()))?;
+            let key = key::write_key_canonical(&step_key, index as u32, &canonical);
             let job = KeyJob {
                 run_id,
                 step_id: &step.id,
                 key,
                 bound,
-                inputs: &write.inputs,
+                inputs: &Arc::new(write.inputs),
                 inputs_hash: *blake3::hash(&canonical).as_bytes(),
             };
             match self.run_key(&job).await? {
-                KeyEnd::Done(output) => outputs.push(output),
+                KeyEnd::Done(output) => outputs.push(Arc::unwrap_or_clone(output)),
                 other => return Ok(other),
             }
         }
-        Ok(KeyEnd::Done(Value::Array(outputs)))
+        Ok(KeyEnd::Done(Arc::new(Value::Array(outputs))))
     }
 
     /// Reads the first-attempt time of a keyed key, recorded when it was first retried.
@@ -830,10 +839,10 @@ impl Engine {
                 Decision::Replay => {
                     let record = record.expect("replay decided on a record");
                     let bytes = record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
-                    let output = serde_json::from_slice(bytes)
+                    let output: Value = serde_json::from_slice(bytes)
                         .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
                     self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
-                    return Ok(KeyEnd::Done(output));
+                    return Ok(KeyEnd::Done(Arc::new(output)));
                 }
                 Decision::WaitUntil { until_ms } => sleep_ms(until_ms.saturating_sub(now_ms)).await,
                 Decision::Backoff { delay_ms } => {
@@ -876,7 +885,7 @@ impl Engine {
                                             key: &key,
                                             action: &bound.full,
                                         });
-                                        return Ok(KeyEnd::Done(output));
+                                        return Ok(KeyEnd::Done(Arc::new(output)));
                                     }
                                 }
                                 // The record moved: read again; the resolution still applies.
@@ -919,7 +928,11 @@ impl Engine {
                             return Ok(end);
                         }
                         // Nothing found (create now), or the lookup failed and was recorded (read again).
-                        if self.ledger.get(&key)?.is_some_and(|r| r.fence != fence || r.status != Status::Started) {
+                        let mut moved = false;
+                        self.ledger.inspect(&key, &mut |r| {
+                            moved = r.is_some_and(|r| r.fence != fence || r.status != Status::Started);
+                        })?;
+                        if moved {
                             continue; // the lookup recorded its failure, or we lost the key
                         }
                     }

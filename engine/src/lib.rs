@@ -17,6 +17,7 @@ pub mod decide;
 pub mod event;
 pub mod executor;
 pub mod fastmap;
+pub mod json;
 pub mod key;
 pub mod ledger;
 pub mod webhook;

@@ -17,6 +17,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A validation or parse error; names the workflow, the step and the field where it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,7 +305,7 @@ fn compile_reference(text: &str, earlier: &[&str]) -> Result<Reference, String> 
 }
 
 /// Renders a template against the trigger and the outputs of the earlier steps (by index).
-pub fn render(template: &Template, trigger: &Value, outputs: &[Value]) -> Value {
+pub fn render(template: &Template, trigger: &Value, outputs: &[Arc<Value>]) -> Value {
     match template {
         Template::Literal(value) => value.clone(),
         Template::Reference(reference) => resolve(reference, trigger, outputs).cloned().unwrap_or(Value::Null),
@@ -329,10 +330,10 @@ pub fn render(template: &Template, trigger: &Value, outputs: &[Value]) -> Value 
     }
 }
 
-fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [Value]) -> Option<&'v Value> {
+fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [Arc<Value>]) -> Option<&'v Value> {
     let mut value = match reference.source {
         Source::Trigger => trigger,
-        Source::Step(index) => outputs.get(index)?,
+        Source::Step(index) => &**outputs.get(index)?,
     };
     for segment in &reference.path {
         value = match value {
@@ -364,7 +365,7 @@ mod tests {
         assert_eq!(render(inputs, &trigger, &[]), json!({"n": 7, "s": "id-7-z"}));
         let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
         assert_eq!(
-            render(inputs, &trigger, &[json!({"list": [0, {"k": true}]})]),
+            render(inputs, &trigger, &[Arc::new(json!({"list": [0, {"k": true}]}))]),
             json!({"from": {"k": true}, "lit": [1, "x"]})
         );
     }

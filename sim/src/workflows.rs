@@ -255,14 +255,14 @@ pub fn expected_writes(profile: &Profile, workflow: &str) -> u64 {
 /// The trigger payload of run number `index`.
 pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Value {
     let amount = 100 + rng.range(0, 100_000);
-    json!({
-        "email": format!("user{index}@example.com"),
-        "name": format!("User {index}"),
-        "amount": amount,
-        "ticket": format!("ticket-{}", rng.range(0, 1_000_000)),
-        "requested_at": index,
-        "workflow": workflow,
-    })
+    engine::json::object([
+        ("email", format!("user{index}@example.com").into()),
+        ("name", format!("User {index}").into()),
+        ("amount", amount.into()),
+        ("ticket", format!("ticket-{}", rng.range(0, 1_000_000)).into()),
+        ("requested_at", index.into()),
+        ("workflow", workflow.into()),
+    ])
 }
 
 /// The trigger of a replay: the amount edited, the rest unchanged, so some steps replay and some run anew.

@@ -193,11 +193,12 @@ impl Observer for WorkerObserver {
     }
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
-        // Most scenarios have no crash points, and every step passes several: answer those without the clock.
-        if !self.world.monitor.lock().crash_points_armed() {
-            return false;
-        }
         let crash = {
+            let mut state = self.world.monitor.lock();
+            // Most scenarios have no crash points, and every step passes several: answer those without the clock.
+            if !state.crash_points_armed() {
+                return false;
+            }
             let now = self.world.monitor.clock.now_ms();
             // A worker that has just restarted walks every one of its runs past their crash points again; without a
             // grace period a high crash-point probability turns into a crash storm that never lets it work.
@@ -205,9 +206,8 @@ impl Observer for WorkerObserver {
                 || now
                     >= self.world.up_since_ms.lock().expect("up since")[self.worker as usize]
                         + self.world.config.profile.world.crash_point_grace_ms;
-            let mut state = self.world.monitor.lock();
             let p = state.crash_point_p;
-            // Armed (checked above, with no await since): drawn only once the worker has settled, as always.
+            // Drawn only once the worker has settled.
             let crash = settled && state.crash_rng.chance(p);
             if crash {
                 *state.crashes.entry(crash_point_name(point).to_owned()).or_default() += 1;
@@ -356,7 +356,7 @@ struct WorkerLink {
 /// A request as it travels: owned, so the fake's node can serve it whatever happens to the sender.
 struct Sent {
     action: String,
-    inputs: serde_json::Value,
+    inputs: Arc<serde_json::Value>,
     key: Key,
     run_id: String,
     attempt: u32,
@@ -585,14 +585,16 @@ impl Shared {
         if status == RunStatus::Paused && self.person_resolves(run_id) {
             tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
             let resolution = self.person_decision(run_id);
-            match engine.resolve(run_id, resolution, "person").await {
+            // Boxed, as is the replay below: both are rare, and inline they would make every drive task (which holds
+            // this future) several times larger to allocate and copy.
+            match Box::pin(engine.resolve(run_id, resolution, "person")).await {
                 Ok(s) => status = s,
                 Err(e) => self.engine_error(format!("resolve {run_id}: {e}")),
             }
         }
         if status == RunStatus::Succeeded && self.replays(run_id) {
             let edited = workflows::edited_trigger(self.ledger.as_ref(), run_id);
-            match engine.replay(run_id, &edited).await {
+            match Box::pin(engine.replay(run_id, &edited)).await {
                 Ok(s) => status = s,
                 Err(e) => self.engine_error(format!("replay {run_id}: {e}")),
             }

@@ -145,7 +145,7 @@ impl Connector for Scripted {
                 let effect = Effect {
                     action: request.action.to_string(),
                     key: *request.key,
-                    inputs: request.inputs.clone(),
+                    inputs: serde_json::Value::clone(request.inputs),
                     id: state.effects.len() as u64 + 1,
                     committed_ms: now_ms,
                 };
@@ -154,7 +154,7 @@ impl Connector for Scripted {
                 out
             };
             match fate {
-                Fate::Apply => Outcome::Applied(commit(&mut state)),
+                Fate::Apply => Outcome::Applied(commit(&mut state).into()),
                 Fate::ApplyThenTimeout => {
                     commit(&mut state);
                     Outcome::Indeterminate("timeout after commit".to_string())
@@ -188,7 +188,7 @@ impl Connector for Scripted {
                 attempt: request.attempt,
             });
             match state.effects.iter().find(|e| e.key == *request.key && e.committed_ms + self.lag_ms <= now_ms) {
-                Some(effect) => LookupOutcome::Found(output_of(effect)),
+                Some(effect) => LookupOutcome::Found(output_of(effect).into()),
                 None => LookupOutcome::NotFound,
             }
         })
