@@ -8,7 +8,7 @@
 //! deduplicates: only the engine's rule (never retry an indeterminate at-most-once call without a person) prevents
 //! duplicates. There is no lookup; a lookup call answers `Failed`.
 
-use crate::server::{Api, Context, Handled, not_applied};
+use crate::server::{Api, Context, Handled, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -81,7 +81,7 @@ impl Api for AtMostOnce {
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
-            event_id: format!("evt_{}", self.next_id),
+            event_id: numbered("evt_", self.next_id),
             object_id: id,
             event_type: self.event_type.into(),
             payload: record.clone(),

@@ -13,7 +13,7 @@
 //! Declared class: lookup-before-create with `lag_bound_ms` = the profile's [`FaultProfile::lag_bound_ms`].
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -88,7 +88,7 @@ impl Api for Contacts {
             return Handled::outcome(Outcome::Applied(Arc::new(record)));
         }
         self.next_id += 1;
-        let id = format!("contact_{}", self.next_id);
+        let id = numbered("contact_", self.next_id);
         let visible_ms = cx.now_ms + cx.lag_ms;
         let record = Arc::new(object([
             ("id", Value::from(id.as_str())),
@@ -99,7 +99,7 @@ impl Api for Contacts {
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
-            event_id: format!("evt_{}", self.next_id),
+            event_id: numbered("evt_", self.next_id),
             object_id: id,
             event_type: "contact.creation".into(),
             payload: record.clone(),

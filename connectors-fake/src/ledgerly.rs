@@ -13,7 +13,7 @@
 //! - emits an `entry.created` webhook event per entry.
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -78,7 +78,7 @@ impl Api for Ledgerly {
             return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
         }
         self.next_id += 1;
-        let id = format!("entry_{}", self.next_id);
+        let id = numbered("entry_", self.next_id);
         let external_ref = key_hex(request.key);
         let visible_ms = cx.now_ms + cx.lag_ms;
         let record = Arc::new(object([
@@ -91,7 +91,7 @@ impl Api for Ledgerly {
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
-            event_id: format!("evt_{}", self.next_id),
+            event_id: numbered("evt_", self.next_id),
             object_id: id,
             event_type: "entry.created".into(),
             payload: record.clone(),

@@ -19,7 +19,7 @@
 //! - Every created object emits a webhook event (`customer.created`, `charge.succeeded`).
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -173,7 +173,7 @@ impl Payments {
         }
         self.next_id += 1;
         let (object_id, record, event_type, visible_ms) = if action == 0 {
-            let id = format!("cus_{}", self.next_id);
+            let id = numbered("cus_", self.next_id);
             let record = object([
                 ("id", Value::from(id.as_str())),
                 ("object", "customer".into()),
@@ -182,7 +182,7 @@ impl Payments {
             ]);
             (id, Arc::new(record), "customer.created", cx.now_ms + cx.lag_ms)
         } else {
-            let id = format!("ch_{}", self.next_id);
+            let id = numbered("ch_", self.next_id);
             let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
             let record = object([
                 ("id", Value::from(id.as_str())),
@@ -224,7 +224,7 @@ impl Payments {
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
-            event_id: format!("evt_{}", self.next_id),
+            event_id: numbered("evt_", self.next_id),
             object_id,
             event_type: event_type.to_string(),
             payload: record,

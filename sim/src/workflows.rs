@@ -7,7 +7,7 @@ use crate::profile::Profile;
 use connectors_fake::FakeKind;
 use connectors_fake::profile::{FaultProfile, WebhookProfile};
 use connectors_fake::rng::Rng;
-use connectors_fake::server::Fake;
+use connectors_fake::server::{Fake, numbered};
 use connectors_fake::truth::EffectSink;
 use engine::clock::Clock;
 use engine::connector::{BoxFuture, Connector, GuaranteeClass};
@@ -256,10 +256,14 @@ pub fn expected_writes(profile: &Profile, workflow: &str) -> u64 {
 pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Value {
     let amount = 100 + rng.range(0, 100_000);
     engine::json::object([
-        ("email", format!("user{index}@example.com").into()),
-        ("name", format!("User {index}").into()),
+        ("email", {
+            let mut email = numbered("user", index);
+            email.push_str("@example.com");
+            email.into()
+        }),
+        ("name", numbered("User ", index).into()),
         ("amount", amount.into()),
-        ("ticket", format!("ticket-{}", rng.range(0, 1_000_000)).into()),
+        ("ticket", numbered("ticket-", rng.range(0, 1_000_000)).into()),
         ("requested_at", index.into()),
         ("workflow", workflow.into()),
     ])

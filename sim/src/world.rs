@@ -11,6 +11,7 @@ use crate::results::{ActionStats, Results};
 use crate::trace::{Field, Trace};
 use crate::workflows;
 use connectors_fake::rng::Rng;
+use connectors_fake::server::numbered;
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
@@ -157,7 +158,10 @@ impl EffectSink for Monitor {
                 Field::U64(effect.visible_ms),
             ],
         );
-        let action = format!("{}.{}", effect.connector, effect.action);
+        let mut action = String::with_capacity(effect.connector.len() + 1 + effect.action.len());
+        action.push_str(&effect.connector);
+        action.push('.');
+        action.push_str(&effect.action);
         state.checker.on_effect(&EffectSeen {
             sent_key: &effect.key,
             run_id: &effect.run_id,
@@ -795,7 +799,7 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
         if rng.chance(knobs.webhook_share) {
             start_change(&world, &api, workflow, index, trigger, &mut rng);
         } else {
-            let run_id = format!("run-{index}");
+            let run_id = numbered("run-", index);
             match api.create_run(workflow, &run_id, &trigger) {
                 Ok(true) => {}
                 Ok(false) => panic!("run id {run_id} was minted twice"),
@@ -836,8 +840,8 @@ fn start_change(
 ) {
     let event = WebhookEvent {
         source: WEBHOOK_SOURCE.to_owned(),
-        event_id: format!("evt_{index}"),
-        object_id: format!("obj_{index}"),
+        event_id: numbered("evt_", index),
+        object_id: numbered("obj_", index),
         event_type: "customer.updated".to_owned(),
         payload: Arc::new(trigger),
     };
