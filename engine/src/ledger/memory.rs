@@ -3,11 +3,12 @@
 //!
 //! Every map is a fixed-seed hash map ([`crate::fastmap`]), which a simulation hits several times per step; the two
 //! listings (unfinished and paused runs) are sorted before they are returned, so nothing a caller sees depends on
-//! hashing, and inbox expiry removes every expired row, in whatever order. Every record of a run is also indexed by run id (step keys, plans, resolutions), so
-//! [`Ledger::forget_run`] drops a finished run in time proportional to its own size and a long simulation keeps
-//! bounded memory. Inbox rows are dropped by [`Ledger::expire_inbox`] after the retention, and are kept small because
-//! a simulation holds days of them. Transitions are decided by the pure core in `transition.rs`, shared with the
-//! SQLite ledger.
+//! hashing, and inbox expiry removes every expired row, in whatever order. Every record of a run is also indexed by
+//! run id (step keys, plans, resolutions), so [`Ledger::forget_run`] drops a finished run in time proportional to its
+//! own size and a long simulation keeps bounded memory. Inbox rows are dropped by [`Ledger::expire_inbox`] after the
+//! retention, and are kept small because a simulation holds days of them. Transitions are decided by the pure core in
+//! `transition.rs`, shared with the SQLite ledger. Readers that need a field or two borrow a record
+//! ([`Ledger::inspect`], [`Ledger::inspect_run`]) under the lock instead of copying it.
 
 use std::sync::{Mutex, MutexGuard};
 
