@@ -314,20 +314,11 @@ impl<A: Api> Connector for FakeConnector<A> {
 /// `prefix` followed by `n` in decimal (`cus_12`): the ids the fakes mint on every create. `format!` goes through
 /// the formatting machinery, several times the work for a string this simple.
 pub fn numbered(prefix: &str, n: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let mut out = String::with_capacity(prefix.len() + digits.len() - at);
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(n);
+    let mut out = String::with_capacity(prefix.len() + digits.len());
     out.push_str(prefix);
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+    out.push_str(digits);
     out
 }
 

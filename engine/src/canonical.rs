@@ -165,21 +165,7 @@ fn write_f64(f: f64, out: &mut Vec<u8>) {
 }
 
 fn write_i64(n: i64, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 20];
-    let mut magnitude = n.unsigned_abs();
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&digits[start..]);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// For each byte, the escape it needs in a canonical string: 0 none, `u` the `\u00xx` form, else the letter after `\`.
