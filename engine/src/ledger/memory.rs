@@ -64,9 +64,57 @@ struct Plan {
 
 #[derive(Debug)]
 struct InboxRow {
-    run_id: Box<str>,
+    run_id: RowRunId,
     dedup: Option<Ident>,
     received_ms: u64,
+}
+
+/// The run id an inbox row keeps. A webhook run id (`wh-` and 32 lowercase hex digits, see
+/// [`crate::webhook::run_id`]) is kept as its 16 bytes, inline: as a string it was a separate 48-byte heap block in
+/// every row, and a simulation holds millions of rows. Any other id is kept as it is; both give back the exact string.
+#[derive(Debug, PartialEq, Eq)]
+enum RowRunId {
+    Webhook([u8; 16]),
+    Other(Box<str>),
+}
+
+impl RowRunId {
+    const WEBHOOK_PREFIX: &str = "wh-";
+
+    fn new(run_id: &str) -> Self {
+        let other = || RowRunId::Other(run_id.into());
+        let Some(hex) = run_id.strip_prefix(Self::WEBHOOK_PREFIX) else { return other() };
+        if hex.len() != 32 {
+            return other();
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 16];
+        for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+            let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else { return other() };
+            *byte = high << 4 | low;
+        }
+        RowRunId::Webhook(bytes)
+    }
+
+    fn to_run_id(&self) -> String {
+        match self {
+            RowRunId::Webhook(bytes) => {
+                const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                let mut out = String::with_capacity(Self::WEBHOOK_PREFIX.len() + 32);
+                out.push_str(Self::WEBHOOK_PREFIX);
+                for byte in bytes {
+                    out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+                    out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+                }
+                out
+            }
+            RowRunId::Other(id) => id.to_string(),
+        }
+    }
 }
 
 /// An inbox identity: the first 128 bits of blake3 over a domain tag and the length-prefixed source and id. Two
@@ -273,19 +321,19 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         let event = ident(INBOX_EVENT_TAG, delivery.source, delivery.event_id);
         if let Some(row) = inner.inbox.get(&event) {
-            return Ok(Intake::Duplicate { run_id: row.run_id.to_string() });
+            return Ok(Intake::Duplicate { run_id: row.run_id.to_run_id() });
         }
         let dedup = delivery.dedup_key.map(|dedup_key| ident(INBOX_DEDUP_TAG, delivery.source, dedup_key));
         if let Some(dedup) = dedup {
             if let Some(first) = inner.dedup.get(&dedup) {
                 let row = inner.inbox.get(first).expect("a dedup key points at an inbox row that is gone");
-                return Ok(Intake::Duplicate { run_id: row.run_id.to_string() });
+                return Ok(Intake::Duplicate { run_id: row.run_id.to_run_id() });
             }
             inner.dedup.insert(dedup, event);
         }
         inner
             .inbox
-            .insert(event, InboxRow { run_id: run.run_id.as_str().into(), dedup, received_ms: delivery.received_ms });
+            .insert(event, InboxRow { run_id: RowRunId::new(&run.run_id), dedup, received_ms: delivery.received_ms });
         // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
         // retried a week later) was started by this event, so this delivery starts nothing.
         if inner.insert_run(run) {
@@ -354,5 +402,32 @@ impl Ledger for MemoryLedger {
 
     fn flush(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowRunId;
+
+    #[test]
+    fn row_run_ids_give_back_the_exact_string() {
+        let webhook = crate::webhook::run_id("payments", "evt_1");
+        assert!(matches!(RowRunId::new(&webhook), RowRunId::Webhook(_)));
+        let kept_as_they_are = [
+            "run-7",
+            "wh-",
+            "wh-0123",
+            // Upper-case hex, a non-hex digit, one digit too many: not the webhook form, so kept as strings.
+            "wh-0123456789ABCDEF0123456789abcdef",
+            "wh-0123456789abcdeg0123456789abcdef",
+            "wh-0123456789abcdef0123456789abcdef0",
+            "",
+        ];
+        for id in kept_as_they_are {
+            assert_eq!(RowRunId::new(id), RowRunId::Other(id.into()), "{id:?}");
+        }
+        for id in kept_as_they_are.iter().copied().chain([webhook.as_str(), "wh-00000000000000000000000000000000"]) {
+            assert_eq!(RowRunId::new(id).to_run_id(), id);
+        }
     }
 }
