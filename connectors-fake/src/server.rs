@@ -322,14 +322,9 @@ pub fn numbered(prefix: &str, n: u64) -> String {
     out
 }
 
+/// The engine key as the fakes send and store it (idempotency keys, metadata): lowercase hex.
 pub fn key_hex(key: &engine::key::Key) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(64);
-    for byte in key.0 {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
+    key.to_hex()
 }
 
 /// Records of created objects that a search can find by one term, indexed per run so finished runs can be dropped.

@@ -28,11 +28,18 @@ pub struct Key(pub [u8; 32]);
 impl Key {
     pub fn to_hex(&self) -> String {
         let mut s = String::with_capacity(64);
-        for b in self.0 {
-            use std::fmt::Write;
-            let _ = write!(s, "{b:02x}");
-        }
+        push_hex(&self.0, &mut s);
         s
+    }
+}
+
+/// Appends `bytes` as lowercase hex, two digits per byte (keys, webhook run ids).
+pub fn push_hex(bytes: &[u8], out: &mut String) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
 }
 

@@ -114,7 +114,13 @@ impl Error {
     }
 }
 
-/// The run id of an event: `wh-` and the first 32 hex digits of blake3(len-prefixed source, event id).
+/// What every webhook run id starts with.
+pub const RUN_ID_PREFIX: &str = "wh-";
+/// How many bytes of the hash a webhook run id carries (as twice as many lowercase hex digits).
+pub const RUN_ID_HASH_BYTES: usize = 16;
+
+/// The run id of an event: [`RUN_ID_PREFIX`] and the first [`RUN_ID_HASH_BYTES`] bytes of blake3(len-prefixed source,
+/// event id) in lowercase hex.
 pub fn run_id(source: &str, event_id: &str) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(b"flow/webhook-run/v1");
@@ -123,12 +129,9 @@ pub fn run_id(source: &str, event_id: &str) -> String {
         hasher.update(part);
     }
     let hash = hasher.finalize();
-    let mut out = String::with_capacity(35);
-    out.push_str("wh-");
-    for b in &hash.as_bytes()[..16] {
-        use std::fmt::Write;
-        let _ = write!(out, "{b:02x}");
-    }
+    let mut out = String::with_capacity(RUN_ID_PREFIX.len() + 2 * RUN_ID_HASH_BYTES);
+    out.push_str(RUN_ID_PREFIX);
+    crate::key::push_hex(&hash.as_bytes()[..RUN_ID_HASH_BYTES], &mut out);
     out
 }
 

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
+use crate::webhook::{RUN_ID_HASH_BYTES, RUN_ID_PREFIX};
 
 /// The in-memory ledger. Cheap to create; `Send + Sync`.
 #[derive(Debug, Default)]
@@ -69,22 +70,19 @@ struct InboxRow {
     received_ms: u64,
 }
 
-/// The run id an inbox row keeps. A webhook run id (`wh-` and 32 lowercase hex digits, see
-/// [`crate::webhook::run_id`]) is kept as its 16 bytes, inline: as a string it was a separate 48-byte heap block in
+/// The run id an inbox row keeps. A webhook run id (`wh-` and 32 lowercase hex digits: [`crate::webhook::run_id`]) is kept as its 16 bytes, inline: as a string it was a separate 48-byte heap block in
 /// every row, and a simulation holds millions of rows. Any other id is kept as it is; both give back the exact string.
 #[derive(Debug, PartialEq, Eq)]
 enum RowRunId {
-    Webhook([u8; 16]),
+    Webhook([u8; RUN_ID_HASH_BYTES]),
     Other(Box<str>),
 }
 
 impl RowRunId {
-    const WEBHOOK_PREFIX: &str = "wh-";
-
     fn new(run_id: &str) -> Self {
         let other = || RowRunId::Other(run_id.into());
-        let Some(hex) = run_id.strip_prefix(Self::WEBHOOK_PREFIX) else { return other() };
-        if hex.len() != 32 {
+        let Some(hex) = run_id.strip_prefix(RUN_ID_PREFIX) else { return other() };
+        if hex.len() != 2 * RUN_ID_HASH_BYTES {
             return other();
         }
         let nibble = |c: u8| match c {
@@ -92,7 +90,7 @@ impl RowRunId {
             b'a'..=b'f' => Some(c - b'a' + 10),
             _ => None,
         };
-        let mut bytes = [0u8; 16];
+        let mut bytes = [0u8; RUN_ID_HASH_BYTES];
         for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
             let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else { return other() };
             *byte = high << 4 | low;
@@ -103,13 +101,9 @@ impl RowRunId {
     fn to_run_id(&self) -> String {
         match self {
             RowRunId::Webhook(bytes) => {
-                const DIGITS: &[u8; 16] = b"0123456789abcdef";
-                let mut out = String::with_capacity(Self::WEBHOOK_PREFIX.len() + 32);
-                out.push_str(Self::WEBHOOK_PREFIX);
-                for byte in bytes {
-                    out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-                    out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-                }
+                let mut out = String::with_capacity(RUN_ID_PREFIX.len() + 2 * RUN_ID_HASH_BYTES);
+                out.push_str(RUN_ID_PREFIX);
+                crate::key::push_hex(bytes, &mut out);
                 out
             }
             RowRunId::Other(id) => id.to_string(),
