@@ -9,7 +9,7 @@ use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, RunRecord, RunStatus,
-    Status,
+    Status, StepOutcome,
 };
 
 /// A ledger under test, plus a way to reopen it (files only) and the temp dir that must outlive it.
@@ -65,6 +65,8 @@ contract!(
     resolutions,
     forget_run_drops_everything_of_the_run,
     reopen_keeps_everything,
+    inspect_outcome_lends_status_and_output,
+    completion_releases_the_lease,
 );
 
 // --- helpers ------------------------------------------------------------------------------------------------------
@@ -663,4 +665,57 @@ fn memory_forget_run_leaves_no_entry_behind() {
         l.forget_run(&run_id).unwrap();
         assert_eq!(l.entry_count(), 0, "run {run} left entries behind");
     }
+}
+
+/// `inspect_outcome` lends what `get` holds: the status and the output, for every state a key can be in.
+fn inspect_outcome_lends_status_and_output(f: Fixture) {
+    let l = &*f.ledger;
+    let completions =
+        [None, Some(succeeded("{\"id\":\"ch_1\"}")), Some(succeeded("")), Some(failed()), Some(unknown())];
+    for (i, completion) in completions.iter().enumerate() {
+        let k = key(i as u8 + 1);
+        granted(l.claim(&claim_of(k, "run-1", "w1", 10, 0)));
+        if let Some(completion) = completion {
+            l.complete(&k, 1, completion, 20).unwrap();
+        }
+        let record = l.get(&k).unwrap().expect("claimed");
+        let mut lent = None;
+        l.inspect_outcome(&k, &mut |outcome| lent = Some(outcome.map(|o| (o.status, o.output.map(<[u8]>::to_vec)))))
+            .unwrap();
+        let expected = StepOutcome::of(&record);
+        assert_eq!(lent, Some(Some((expected.status, expected.output.map(<[u8]>::to_vec)))), "completion {i}");
+    }
+    let mut lent = None;
+    l.inspect_outcome(&key(99), &mut |outcome| lent = Some(outcome.is_none())).unwrap();
+    assert_eq!(lent, Some(true), "None for a key with no record");
+}
+
+/// Completing an attempt releases its lease to `min(lease, now)`, whatever the lease (a lease past `i64::MAX` too),
+/// and a durably claimed key completes like any other.
+fn completion_releases_the_lease(f: Fixture) {
+    let l = &*f.ledger;
+    let cases = [(u64::MAX, 20, 20), (100, 20, 20), (100, 500, 100), (0, 500, 0)];
+    for (i, (lease_ms, now_ms, released)) in cases.into_iter().enumerate() {
+        let k = key(i as u8 + 1);
+        let mut claim = claim_of(k, "run-1", "w1", 0, 0);
+        claim.lease_ms = lease_ms;
+        claim.durable = i % 2 == 0;
+        granted(l.claim(&claim));
+        assert_eq!(l.get(&k).unwrap().unwrap().lease_expiry_ms, lease_ms);
+        l.complete(&k, 1, &failed(), now_ms).unwrap();
+        let r = l.get(&k).unwrap().unwrap();
+        assert_eq!(
+            (r.status, r.lease_expiry_ms, r.error.as_deref()),
+            (Status::Failed, released, Some("card declined"))
+        );
+        // An adoption after the failure: decided on the stored record, the lease only goes down.
+        l.complete(&k, 1, &succeeded("o"), now_ms + 1).unwrap();
+        let r = l.get(&k).unwrap().unwrap();
+        assert_eq!((r.status, r.lease_expiry_ms, r.error.as_deref()), (Status::Succeeded, released, None));
+    }
+    // A stale fence on a started attempt is refused, and nothing changes.
+    granted(l.claim(&claim_of(key(50), "run-1", "w1", 0, 0)));
+    let before = l.get(&key(50)).unwrap();
+    assert_err(l.complete(&key(50), 2, &failed(), 5), &Error::Fenced { key: key(50), presented: 2, current: 1 });
+    assert_eq!(l.get(&key(50)).unwrap(), before);
 }

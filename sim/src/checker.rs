@@ -13,7 +13,7 @@ use crate::results::{Duplicates, InvariantResult, Latency};
 use engine::event::Event;
 use engine::fastmap::FastMap;
 use engine::key::Key;
-use engine::ledger::{Ledger, RunStatus, Status, StepRecord};
+use engine::ledger::{Ledger, RunStatus, Status, StepOutcome};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The invariants, in order.
@@ -363,8 +363,9 @@ impl Checker {
         let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.objects.iter().map(String::as_str)).collect();
         for (key, state) in &run.keys {
             self.counters[state.action].steps += 1;
-            // The record is read in place (the ledger's lock is held meanwhile; nothing below calls the ledger).
-            let mut check = |record: Option<&StepRecord>| {
+            // The status and output are read in place (the ledger's lock is held meanwhile; nothing below calls the
+            // ledger).
+            let mut check = |record: Option<StepOutcome<'_>>| {
                 let ledger_succeeded = record.is_some_and(|r| r.status == Status::Succeeded);
                 if state.succeeded && !ledger_succeeded {
                     found.push((
@@ -372,7 +373,7 @@ impl Checker {
                         format!("run {run_id} step {}: a succeeded key is gone from the ledger", state.step_id),
                     ));
                 }
-                let output = record.and_then(|r| r.output.as_deref());
+                let output = record.and_then(|r| r.output);
                 if ledger_succeeded && !state.resolved_by_person {
                     // No effect of its own is right when the step adopted an object another step of the run
                     // created: an API unique on a natural key (contacts: the email) answers a second create with the
@@ -410,7 +411,7 @@ impl Checker {
                     ));
                 }
             };
-            if let Err(e) = ledger.inspect(key, &mut check) {
+            if let Err(e) = ledger.inspect_outcome(key, &mut check) {
                 panic!("the ledger failed while the checker read key {key}: {e}");
             }
         }
@@ -513,7 +514,7 @@ fn step_base(step_id: &str) -> &str {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// The run's state, created on first sight; looks up by `&str` first so the hot path allocates nothing.

@@ -70,6 +70,20 @@ pub struct StepRecord {
     pub error: Option<String>,
 }
 
+/// The outcome fields of a step record, borrowed: see [`Ledger::inspect_outcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOutcome<'a> {
+    pub status: Status,
+    /// Canonical JSON of the output, when succeeded.
+    pub output: Option<&'a [u8]>,
+}
+
+impl<'a> StepOutcome<'a> {
+    pub fn of(record: &'a StepRecord) -> Self {
+        Self { status: record.status, output: record.output.as_deref() }
+    }
+}
+
 /// A request to take the lease on a key and write an intent (`Started`) for a new attempt.
 #[derive(Debug, Clone)]
 pub struct Claim<'a> {
@@ -250,6 +264,12 @@ pub trait Ledger: Send + Sync {
     fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
         read(self.get(key)?.as_ref());
         Ok(())
+    }
+    /// Calls `read` with the status and stored output of `key` (or `None`): what a checker of outcomes needs, read
+    /// without building the whole record where the ledger can (SQLite reads two columns). The same rule as
+    /// [`Ledger::inspect`]: `read` must not call the ledger.
+    fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
+        self.inspect(key, &mut |record| read(record.map(StepOutcome::of)))
     }
     /// Takes the lease and writes the intent. See [`Claim`].
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed>;

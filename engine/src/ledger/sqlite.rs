@@ -41,12 +41,19 @@
 //!   resolutions (a person's decision), and [`Ledger::flush`]. A batch is committed in order, as one transaction, so
 //!   nothing that was written after a write can survive it: a durable write commits every earlier write with it.
 //!
-//! With N = 0 (the default) every write is its own transaction.
+//! In `:memory:` nothing outlives the process, so there no write needs committing at once: with N > 0 only the N-th
+//! write (or [`Ledger::flush`]) ends a batch. The simulation runs SQLite this way.
+//!
+//! With N = 0 (the default) every write is its own transaction: a write of one statement (a fresh key's claim, the
+//! completion of a started attempt, a run's status, a new run) in SQLite's autocommit mode, and a write that reads
+//! before it writes (a claim on a taken key, any other completion, `intake`, `forget_run`) between `BEGIN IMMEDIATE`
+//! and `COMMIT`.
 //!
 //! The open batch holds SQLite's write lock until it commits, and other connections do not see it: group commit
 //! assumes one process owns the ledger file (the engine's case, and the simulation's). When several processes
 //! share one file, use N = 0, so each write takes the lock (waiting up to `busy_timeout`) and releases it at once;
-//! every write begins with `BEGIN IMMEDIATE`, so a claim's read and write are one atomic step across processes.
+//! a write that reads first begins with `BEGIN IMMEDIATE`, so a claim's read and write are one atomic step across
+//! processes (and a write of one statement is atomic by itself).
 //!
 //! # Failures
 //! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
@@ -64,7 +71,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::transition::{self, ClaimEffect};
 use super::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result, RunRecord,
-    RunStatus, Status, StepRecord,
+    RunStatus, Status, StepOutcome, StepRecord,
 };
 use crate::key::Key;
 
@@ -299,13 +306,35 @@ impl SqliteLedger {
         match f(&state.conn) {
             Ok((value, commit)) => {
                 state.batch_ops += 1;
-                if commit == Commit::Now || state.batch_ops >= self.group_commit_ops_max {
+                // In `:memory:` (no journal) nothing outlives the process, so no write needs committing at once.
+                if (commit == Commit::Now && state.journal) || state.batch_ops >= self.group_commit_ops_max {
                     commit_batch(&mut state)?;
                 }
                 Ok(value)
             }
             // An error of the state machine wrote nothing: the batch goes on.
             Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => finish_if_empty(&mut state, e),
+            Err(e) => {
+                fail_batch(&mut state, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs a write that is one statement. Without group commit (and so outside any batch) it runs in SQLite's
+    /// autocommit mode: the statement is its own transaction, atomic by itself, and the two statements
+    /// `BEGIN IMMEDIATE` and `COMMIT` around it are not run (they were a twentieth of a SQLite simulation's work).
+    /// With group commit it joins the open batch like any write.
+    fn write_one<T>(&self, f: impl FnOnce(&Connection) -> Result<(T, Commit)>) -> Result<T> {
+        if self.group_commit_ops_max > 0 {
+            return self.write(f);
+        }
+        let mut state = self.lock()?;
+        debug_assert_eq!(state.batch_ops, 0, "without group commit no batch outlives its write");
+        match f(&state.conn) {
+            Ok((value, _)) => Ok(value),
+            // An error of the state machine wrote nothing.
+            Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => Err(e),
             Err(e) => {
                 fail_batch(&mut state, &e);
                 Err(e)
@@ -514,6 +543,46 @@ fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -
     .map_err(storage)
 }
 
+/// The common completion, `Started` under the presented fence, as one conditional `UPDATE` with nothing read
+/// first. It writes exactly what [`transition::complete`] decides for that case: the new status, the output or the
+/// error, and the lease released to `min(lease, now)`. Returns `false` when the row is not a started attempt under
+/// `fence` (or `now_ms` or `fence` does not fit SQLite's integers), for the caller to decide on the stored record.
+/// (No `RETURNING`: SQLite buffers returned rows in an ephemeral table, which cost more than the read it saves.)
+fn complete_started(conn: &Connection, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<bool> {
+    let (Ok(now), Ok(fence)) = (i64::try_from(now_ms), i64::try_from(fence)) else { return Ok(false) };
+    let (output, error) = match completion {
+        Completion::Succeeded { output } => (Some(output.as_slice()), None),
+        Completion::Failed { error } => (None, Some(error.as_str())),
+        Completion::Unknown { reason } => (None, Some(reason.as_str())),
+    };
+    // A lease past i64::MAX is stored negative (`to_sql`), and is later than any `now` that fits.
+    let mut stmt = conn
+        .prepare_cached(
+            "UPDATE steps SET status = ?2, output = ?3, error = ?4, \
+             lease_expiry_ms = CASE WHEN lease_expiry_ms BETWEEN 0 AND ?5 THEN lease_expiry_ms ELSE ?5 END \
+             WHERE key = ?1 AND fence = ?6 AND status = ?7",
+        )
+        .map_err(storage)?;
+    let changed = stmt
+        .execute(params![
+            &key.0[..],
+            transition::completion_status(completion).as_str(),
+            output,
+            error,
+            now,
+            fence,
+            Status::Started.as_str()
+        ])
+        .map_err(storage)?;
+    Ok(changed == 1)
+}
+
+/// Whether `key` was claimed durably (false when it has no record).
+fn claimed_durably(conn: &Connection, key: &Key) -> Result<bool> {
+    let mut stmt = conn.prepare_cached("SELECT durable FROM steps WHERE key = ?1").map_err(storage)?;
+    Ok(stmt.query_row([&key.0[..]], |r| r.get::<_, bool>(0)).optional().map_err(storage)?.unwrap_or(false))
+}
+
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
     let mut stmt = conn
         .prepare_cached(
@@ -573,16 +642,41 @@ impl Ledger for SqliteLedger {
         self.read(|conn| Ok(load_step(conn, key)?.map(|(record, _)| record)))
     }
 
+    fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
+        self.read(|conn| {
+            // Two columns, the output borrowed from SQLite's row: no record is built.
+            let mut stmt = conn.prepare_cached("SELECT status, output FROM steps WHERE key = ?1").map_err(storage)?;
+            let mut rows = stmt.query([&key.0[..]]).map_err(storage)?;
+            let Some(row) = rows.next().map_err(storage)? else {
+                read(None);
+                return Ok(());
+            };
+            let column = |i: usize| row.get_ref(i).map_err(storage);
+            let status = parse_status(column(0)?.as_str().map_err(|e| corrupt(format!("a step status: {e}")))?)?;
+            let output = column(1)?.as_blob_or_null().map_err(|e| corrupt(format!("a step output: {e}")))?;
+            read(Some(StepOutcome { status, output }));
+            Ok(())
+        })
+    }
+
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
-        self.write(|conn| {
-            let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
-            if claim.expected_fence == 0
-                && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
-                && store_step(conn, &record, claim.durable, Row::New)? == 1
-            {
-                // The common case, a fresh key: the insert went in, and nothing had to be read first.
-                return Ok((granted, commit));
+        let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
+        if claim.expected_fence == 0 {
+            // The common case, a fresh key: one insert, and nothing read first.
+            let inserted = self.write_one(|conn| {
+                if let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
+                    && store_step(conn, &record, claim.durable, Row::New)? == 1
+                {
+                    return Ok((Some(granted), commit));
+                }
+                Ok((None, Commit::MayWait))
+            })?;
+            if let Some(granted) = inserted {
+                return Ok(granted);
             }
+        }
+        // The key is taken: decide on the stored record, read and written in one transaction.
+        self.write(|conn| {
             let mut stored = load_step(conn, &claim.key)?;
             // A key claimed durably once stays durable: its completion must not wait either.
             let durable = claim.durable || stored.as_ref().is_some_and(|(_, d)| *d);
@@ -603,6 +697,19 @@ impl Ledger for SqliteLedger {
     }
 
     fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
+        let done = self.write_one(|conn| {
+            if !complete_started(conn, key, fence, completion, now_ms)? {
+                return Ok((false, Commit::MayWait));
+            }
+            // Whether the write may wait matters only with group commit; without it every write commits now.
+            let durable = self.group_commit_ops_max > 0 && claimed_durably(conn, key)?;
+            Ok((true, if durable { Commit::Now } else { Commit::MayWait }))
+        })?;
+        if done {
+            return Ok(());
+        }
+        // Anything else (an adoption, a repeat, a stale fence, a missing key) is decided on the stored record, read
+        // and written in one transaction.
         self.write(|conn| {
             let mut stored = load_step(conn, key)?;
             let durable = stored.as_ref().is_some_and(|(_, d)| *d);
@@ -653,7 +760,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn create_run(&self, run: &RunRecord) -> Result<bool> {
-        self.write(|conn| Ok((insert_run(conn, run)?, Commit::Now)))
+        self.write_one(|conn| Ok((insert_run(conn, run)?, Commit::Now)))
     }
 
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
@@ -700,7 +807,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        self.write(|conn| {
+        self.write_one(|conn| {
             let mut stmt = conn
                 .prepare_cached("UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1")
                 .map_err(storage)?;
@@ -771,7 +878,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
-        self.write(|conn| {
+        self.write_one(|conn| {
             let mut stmt = conn
                 .prepare_cached("INSERT INTO rejected (source, event_id, reason, received_ms) VALUES (?1, ?2, ?3, ?4)")
                 .map_err(storage)?;
@@ -793,7 +900,7 @@ impl Ledger for SqliteLedger {
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
         let json = serde_json::to_string(&resolution.resolution)
             .map_err(|e| Error::Storage(format!("cannot encode a resolution: {e}")))?;
-        self.write(|conn| {
+        self.write_one(|conn| {
             let mut stmt = conn
                 .prepare_cached(
                     "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
