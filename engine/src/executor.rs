@@ -687,7 +687,7 @@ impl Engine {
                     Ok(b) => b,
                     Err(e) => return Ok(self.unkeyable(&step.id, &e)),
                 };
-                let in_force = self.ledger.record_run_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
+                let in_force = self.ledger.record_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
                 let reused = in_force != bytes;
                 (in_force, reused)
             }
@@ -740,7 +740,7 @@ impl Engine {
                 Err(e) => return Ok(self.unkeyable(&step.id, &e)),
             };
             // Another worker may have recorded its plan meanwhile: the one in force wins.
-            let in_force = self.ledger.record_run_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
+            let in_force = self.ledger.record_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
             let reused = in_force != bytes;
             return self.run_plan(run_id, step, step_key, &in_force, reused).await;
         }
@@ -901,7 +901,7 @@ impl Engine {
                         && r.attempt_count == 1
                     {
                         // The first retry: remember when the key was first sent (write-once), for the retention rule.
-                        self.ledger.record_run_plan(
+                        self.ledger.record_plan(
                             run_id,
                             &first_attempt_marker(&key),
                             r.last_attempt_ms.to_string().as_bytes(),

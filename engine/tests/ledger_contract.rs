@@ -325,11 +325,11 @@ fn plans_are_never_replaced(f: Fixture) {
     let l = &*f.ledger;
     let k = key(1);
     assert_eq!(l.get_plan(&k).unwrap(), None);
-    assert_eq!(l.record_plan(&k, b"plan-a", 1).unwrap(), b"plan-a");
-    assert_eq!(l.record_plan(&k, b"plan-b", 2).unwrap(), b"plan-a", "the earlier plan stays in force");
-    assert_eq!(l.record_run_plan("run-1", &k, b"plan-c", 3).unwrap(), b"plan-a");
+    assert_eq!(l.record_plan("run-1", &k, b"plan-a", 1).unwrap(), b"plan-a");
+    assert_eq!(l.record_plan("run-1", &k, b"plan-b", 2).unwrap(), b"plan-a", "the earlier plan stays in force");
+    assert_eq!(l.record_plan("run-2", &k, b"plan-c", 3).unwrap(), b"plan-a", "whichever run asks");
     assert_eq!(l.get_plan(&k).unwrap().as_deref(), Some(&b"plan-a"[..]));
-    assert_eq!(l.record_run_plan("run-1", &key(2), b"plan-d", 3).unwrap(), b"plan-d");
+    assert_eq!(l.record_plan("run-1", &key(2), b"plan-d", 3).unwrap(), b"plan-d");
     assert_eq!(l.get_plan(&key(2)).unwrap().as_deref(), Some(&b"plan-d"[..]));
 }
 
@@ -468,10 +468,10 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
             granted(l.claim(&claim_of(k, run_id, "w", 0, 0)));
             l.complete(&k, 1, &succeeded("o"), 1).unwrap();
         }
-        // A plan on a claimed step key, a plan filed by run id only, a plan recorded before the step's claim.
-        l.record_plan(&key(first), b"p", 1).unwrap();
-        l.record_run_plan(run_id, &key(first + 50), b"p", 1).unwrap();
-        l.record_plan(&key(first + 60), b"p", 1).unwrap();
+        // A plan on a claimed step key, a plan of a key with no step record, a plan recorded before the step's claim.
+        l.record_plan(run_id, &key(first), b"p", 1).unwrap();
+        l.record_plan(run_id, &key(first + 50), b"p", 1).unwrap();
+        l.record_plan(run_id, &key(first + 60), b"p", 1).unwrap();
         granted(l.claim(&claim_of(key(first + 60), run_id, "w", 0, 0)));
         l.record_resolution(&ResolutionRecord {
             run_id: run_id.into(),
@@ -510,7 +510,7 @@ fn reopen_keeps_everything(f: Fixture) {
     granted(l.claim(&claim_of(k, "run-1", "w", 0, 0)));
     l.complete(&k, 1, &succeeded("out"), 1).unwrap();
     granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
-    l.record_plan(&k, b"plan", 2).unwrap();
+    l.record_plan("run-1", &k, b"plan", 2).unwrap();
     l.create_run(&run_of("run-1", RunStatus::Paused)).unwrap();
     let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
     l.intake(&d, &run_of("run-2", RunStatus::Pending)).unwrap();
@@ -649,7 +649,7 @@ fn memory_forget_run_leaves_no_entry_behind() {
             let k = Key(bytes);
             granted(l.claim(&claim_of(k, &run_id, "w", 0, 0)));
             l.complete(&k, 1, &succeeded("o"), 1).unwrap();
-            l.record_plan(&k, b"p", 1).unwrap();
+            l.record_plan(&run_id, &k, b"p", 1).unwrap();
         }
         let resolution = ResolutionRecord {
             run_id: run_id.clone(),
@@ -659,7 +659,7 @@ fn memory_forget_run_leaves_no_entry_behind() {
             at_ms: 1,
         };
         l.record_resolution(&resolution).unwrap();
-        l.record_run_plan(&run_id, &key(200), b"p", 1).unwrap();
+        l.record_plan(&run_id, &key(200), b"p", 1).unwrap();
         l.set_run_status(&run_id, RunStatus::Failed, Some("aborted"), 2).unwrap();
         assert!(l.entry_count() > 0);
         l.forget_run(&run_id).unwrap();

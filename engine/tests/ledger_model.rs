@@ -114,7 +114,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
             format!("{:?}", l.complete(&key(k), fence, &completion, now_ms))
         }
         Op::Renew { key: k, fence, lease_expiry_ms } => format!("{:?}", l.renew(&key(k), fence, lease_expiry_ms)),
-        Op::Plan { key: k, plan } => format!("{:?}", l.record_plan(&key(k), &[plan], 1)),
+        Op::Plan { key: k, plan } => format!("{:?}", l.record_plan(&run_of_key(k), &key(k), &[plan], 1)),
         Op::CreateRun { run, status } => {
             let record = RunRecord {
                 run_id: format!("run-{run}"),

@@ -202,13 +202,15 @@ impl Inner {
         true
     }
 
-    fn record_plan(&mut self, run_id: Option<&str>, key: &Key, plan: &[u8]) -> Vec<u8> {
+    fn record_plan(&mut self, run_id: &str, key: &Key, plan: &[u8]) -> Vec<u8> {
         if let Some(existing) = self.plans.get(&map_key(key)) {
             return existing.plan.clone();
         }
-        let run_id = run_id.map(str::to_owned).or_else(|| self.steps.get(&map_key(key)).map(|r| r.run_id.clone()));
-        if let Some(run_id) = run_id {
-            self.plans_by_run.entry(run_id).or_default().push(*key);
+        match self.plans_by_run.get_mut(run_id) {
+            Some(keys) => keys.push(*key),
+            None => {
+                self.plans_by_run.insert(run_id.to_owned(), vec![*key]);
+            }
         }
         self.plans.insert(map_key(key), Plan { plan: plan.to_vec() });
         plan.to_vec()
@@ -261,12 +263,8 @@ impl Ledger for MemoryLedger {
         transition::renew(inner.steps.get_mut(&map_key(key)).map(|r| &mut **r), key, fence, lease_expiry_ms)
     }
 
-    fn record_plan(&self, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
-        Ok(self.lock().record_plan(None, key, plan))
-    }
-
-    fn record_run_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
-        Ok(self.lock().record_plan(Some(run_id), key, plan))
+    fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
+        Ok(self.lock().record_plan(run_id, key, plan))
     }
 
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
@@ -381,8 +379,6 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         for key in inner.keys_by_run.remove(run_id).unwrap_or_default() {
             inner.steps.remove(&map_key(&key));
-            // A plan recorded before its key's step record existed was not indexed by run; drop it here.
-            inner.plans.remove(&map_key(&key));
         }
         for key in inner.plans_by_run.remove(run_id).unwrap_or_default() {
             inner.plans.remove(&map_key(&key));

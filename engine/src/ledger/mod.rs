@@ -279,16 +279,11 @@ pub trait Ledger: Send + Sync {
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()>;
 
     // --- plans ------------------------------------------------------------------------------------------------
-    /// Records the plan of writes of the step keyed `key` unless one is recorded; returns the plan in force (the
-    /// earlier one when there was one). A recorded plan is never replaced.
-    fn record_plan(&self, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>>;
+    /// Records the plan of writes of the step keyed `key`, a step of run `run_id`, unless one is recorded; returns
+    /// the plan in force (the earlier one when there was one). A recorded plan is never replaced. It is filed under
+    /// its run, so [`Ledger::forget_run`] drops it whether or not the key has a step record.
+    fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>>;
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>>;
-    /// [`Ledger::record_plan`] for a plan of run `run_id`, so that [`Ledger::forget_run`] drops it even when the key
-    /// has no step record. (`record_plan` files a plan under the run of the key's step record, when there is one.)
-    fn record_run_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-        let _ = run_id;
-        self.record_plan(key, plan, now_ms)
-    }
 
     // --- runs -------------------------------------------------------------------------------------------------
     /// Creates the run unless a run with its id exists; returns whether it created it.

@@ -77,7 +77,8 @@ use crate::key::Key;
 
 /// The schema migrations; entry `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
-    // Version 1. Step records are keyed by the 32-byte key (WITHOUT ROWID: the row lives in the key's b-tree) and
+    // Version 1. (`plans.run_id` may be NULL here: builds before every plan was filed under its run let a plan
+    // recorded without one take its step record's run, or none.) Step records are keyed by the 32-byte key (WITHOUT ROWID: the row lives in the key's b-tree) and
     // indexed by run, so forget_run touches only the run's rows.
     "CREATE TABLE steps (
         key BLOB PRIMARY KEY NOT NULL,
@@ -610,18 +611,9 @@ fn run_ids(conn: &Connection, sql: &str) -> Result<Vec<String>> {
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(storage)
 }
 
-fn record_plan(
-    conn: &Connection,
-    run_id: Option<&str>,
-    key: &Key,
-    plan: &[u8],
-    now_ms: u64,
-) -> Result<(Vec<u8>, Commit)> {
+fn record_plan(conn: &Connection, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<(Vec<u8>, Commit)> {
     let mut insert = conn
-        .prepare_cached(
-            "INSERT OR IGNORE INTO plans (key, run_id, plan, recorded_ms) \
-             VALUES (?1, COALESCE(?2, (SELECT run_id FROM steps WHERE key = ?1)), ?3, ?4)",
-        )
+        .prepare_cached("INSERT OR IGNORE INTO plans (key, run_id, plan, recorded_ms) VALUES (?1, ?2, ?3, ?4)")
         .map_err(storage)?;
     let inserted = insert.execute(params![&key.0[..], run_id, plan, to_sql(now_ms)]).map_err(storage)?;
     if inserted == 1 {
@@ -747,12 +739,8 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn record_plan(&self, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-        self.write(|conn| record_plan(conn, None, key, plan, now_ms))
-    }
-
-    fn record_run_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-        self.write(|conn| record_plan(conn, Some(run_id), key, plan, now_ms))
+    fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
+        self.write(|conn| record_plan(conn, run_id, key, plan, now_ms))
     }
 
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
@@ -947,21 +935,7 @@ impl Ledger for SqliteLedger {
 
     fn forget_run(&self, run_id: &str) -> Result<()> {
         self.write(|conn| {
-            // Plans of the run's keys recorded before their step record existed, one key at a time: a
-            // `key IN (SELECT ...)` makes SQLite build an ephemeral table on every call, whose page-cache set-up
-            // cost more than all the deletes together.
-            let keys: Vec<Vec<u8>> = conn
-                .prepare_cached("SELECT key FROM steps WHERE run_id = ?1")
-                .map_err(storage)?
-                .query_map([run_id], |row| row.get(0))
-                .map_err(storage)?
-                .collect::<rusqlite::Result<_>>()
-                .map_err(storage)?;
-            let mut delete_plan = conn.prepare_cached("DELETE FROM plans WHERE key = ?1").map_err(storage)?;
-            for key in &keys {
-                delete_plan.execute([key]).map_err(storage)?;
-            }
-            // Plans filed under the run, then the run's other records.
+            // Every plan is filed under its run (`record_plan`), so four deletes through the run indexes drop all.
             for sql in [
                 "DELETE FROM plans WHERE run_id = ?1",
                 "DELETE FROM steps WHERE run_id = ?1",
