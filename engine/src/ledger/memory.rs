@@ -77,8 +77,9 @@ struct DedupEntry {
     received_ms: u64,
 }
 
-/// The run id an inbox row keeps. A webhook run id (`wh-` and 32 lowercase hex digits: [`crate::webhook::run_id`]) is kept as its 16 bytes, inline: as a string it was a separate 48-byte heap block in
-/// every row, and a simulation holds millions of rows. Any other id is kept as it is; both give back the exact string.
+/// The run id an inbox row keeps. A webhook run id (`wh-` and 32 lowercase hex digits: [`crate::webhook::run_id`])
+/// is kept as its 16 bytes, inline: as a string it was a separate 48-byte heap block in every row, and a simulation
+/// holds millions of rows. Any other id is kept as it is; both give back the exact string.
 #[derive(Debug, PartialEq, Eq)]
 enum RowRunId {
     Webhook([u8; RUN_ID_HASH_BYTES]),
@@ -213,14 +214,19 @@ impl Inner {
         if let Some(existing) = self.plans.get(&map_key(key)) {
             return existing.plan.clone();
         }
-        match self.plans_by_run.get_mut(run_id) {
-            Some(keys) => keys.push(*key),
-            None => {
-                self.plans_by_run.insert(run_id.to_owned(), vec![*key]);
-            }
-        }
+        file_under_run(&mut self.plans_by_run, run_id, *key);
         self.plans.insert(map_key(key), Plan { plan: plan.to_vec() });
         plan.to_vec()
+    }
+}
+
+/// Adds `key` to the keys of `run_id`, allocating the run's id only for its first key.
+fn file_under_run(by_run: &mut FastMap<String, Vec<Key>>, run_id: &str, key: Key) {
+    match by_run.get_mut(run_id) {
+        Some(keys) => keys.push(key),
+        None => {
+            by_run.insert(run_id.to_owned(), vec![key]);
+        }
     }
 }
 
@@ -245,12 +251,7 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         match transition::claim(inner.steps.get_mut(&map_key(&claim.key)).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
-                match inner.keys_by_run.get_mut(claim.run_id) {
-                    Some(keys) => keys.push(claim.key),
-                    None => {
-                        inner.keys_by_run.insert(claim.run_id.to_owned(), vec![claim.key]);
-                    }
-                }
+                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key);
                 inner.steps.insert(map_key(&claim.key), Box::new(record));
                 Ok(granted)
             }

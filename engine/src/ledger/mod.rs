@@ -124,6 +124,17 @@ pub enum Completion {
     Unknown { reason: String },
 }
 
+impl Completion {
+    /// What the record's `output` and `error` become: the output of a success, the error or reason otherwise.
+    pub(crate) fn output_and_error(&self) -> (Option<&[u8]>, Option<&str>) {
+        match self {
+            Completion::Succeeded { output } => (Some(output), None),
+            Completion::Failed { error } => (None, Some(error)),
+            Completion::Unknown { reason } => (None, Some(reason)),
+        }
+    }
+}
+
 /// The status of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum RunStatus {

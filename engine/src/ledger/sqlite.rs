@@ -77,9 +77,9 @@ use crate::key::Key;
 
 /// The schema migrations; entry `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
-    // Version 1. (`plans.run_id` may be NULL here: builds before every plan was filed under its run let a plan
-    // recorded without one take its step record's run, or none.) Step records are keyed by the 32-byte key (WITHOUT ROWID: the row lives in the key's b-tree) and
-    // indexed by run, so forget_run touches only the run's rows.
+    // Version 1. Step records are keyed by the 32-byte key (WITHOUT ROWID: the row lives in the key's b-tree) and
+    // indexed by run, so forget_run touches only the run's rows. (`plans.run_id` may be NULL here: builds before
+    // every plan was filed under its run let a plan recorded without one take its step record's run, or none.)
     "CREATE TABLE steps (
         key BLOB PRIMARY KEY NOT NULL,
         run_id TEXT NOT NULL,
@@ -184,6 +184,9 @@ impl Default for Options {
 pub struct SqliteLedger {
     state: Mutex<State>,
     group_commit_ops_max: usize,
+    /// False for `:memory:` (`journal_mode=OFF`): a failed write cannot be rolled back, and nothing outlives the
+    /// process.
+    journal: bool,
 }
 
 #[derive(Debug)]
@@ -193,8 +196,6 @@ struct State {
     batch_ops: usize,
     /// Set when a failure rolled back writes that callers were told had succeeded.
     failed: Option<String>,
-    /// False for `:memory:` (`journal_mode=OFF`): a failed write cannot be rolled back.
-    journal: bool,
 }
 
 /// Whether a write must be committed before it returns.
@@ -255,7 +256,7 @@ impl SqliteLedger {
         conn.pragma_update(None, "wal_autocheckpoint", 10_000).map_err(storage)?;
         // 64 MiB of page cache (negative = KiB): random 32-byte keys touch pages all over the steps b-tree.
         conn.pragma_update(None, "cache_size", -65_536).map_err(storage)?;
-        Self::finish_open(conn, options).map_err(|e| match e {
+        Self::finish_open(conn, options, true).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
             other => other,
         })
@@ -265,19 +266,18 @@ impl SqliteLedger {
     pub fn open_in_memory(options: Options) -> Result<Self> {
         let conn = Connection::open_in_memory().map_err(storage)?;
         conn.pragma_update(None, "journal_mode", "OFF").map_err(storage)?;
-        let ledger = Self::finish_open(conn, options)?;
-        ledger.state.lock().expect("not shared yet").journal = false;
-        Ok(ledger)
+        Self::finish_open(conn, options, false)
     }
 
-    fn finish_open(mut conn: Connection, options: Options) -> Result<Self> {
+    fn finish_open(mut conn: Connection, options: Options, journal: bool) -> Result<Self> {
         // rusqlite keeps 16 prepared statements by default; the ledger uses more than that, and an evicted statement
         // is parsed and planned again on its next use.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         migrate(&mut conn)?;
         Ok(Self {
-            state: Mutex::new(State { conn, batch_ops: 0, failed: None, journal: true }),
+            state: Mutex::new(State { conn, batch_ops: 0, failed: None }),
             group_commit_ops_max: options.group_commit_ops_max,
+            journal,
         })
     }
 
@@ -307,19 +307,26 @@ impl SqliteLedger {
         match f(&state.conn) {
             Ok((value, commit)) => {
                 state.batch_ops += 1;
-                // In `:memory:` (no journal) nothing outlives the process, so no write needs committing at once.
-                if (commit == Commit::Now && state.journal) || state.batch_ops >= self.group_commit_ops_max {
-                    commit_batch(&mut state)?;
+                if (commit == Commit::Now && self.commit_timing_matters())
+                    || state.batch_ops >= self.group_commit_ops_max
+                {
+                    commit_batch(&mut state, self.journal)?;
                 }
                 Ok(value)
             }
             // An error of the state machine wrote nothing: the batch goes on.
             Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => finish_if_empty(&mut state, e),
             Err(e) => {
-                fail_batch(&mut state, &e);
+                fail_batch(&mut state, self.journal, &e);
                 Err(e)
             }
         }
+    }
+
+    /// Whether a write committed at once differs from one that waits in the batch: only with group commit, and only
+    /// where something outlives the process (in `:memory:` nothing does).
+    fn commit_timing_matters(&self) -> bool {
+        self.group_commit_ops_max > 0 && self.journal
     }
 
     /// Runs a write that is one statement. Without group commit (and so outside any batch) it runs in SQLite's
@@ -337,7 +344,7 @@ impl SqliteLedger {
             // An error of the state machine wrote nothing.
             Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => Err(e),
             Err(e) => {
-                fail_batch(&mut state, &e);
+                fail_batch(&mut state, self.journal, &e);
                 Err(e)
             }
         }
@@ -359,7 +366,7 @@ fn finish_if_empty<T>(state: &mut State, refusal: Error) -> Result<T> {
     Err(refusal)
 }
 
-fn commit_batch(state: &mut State) -> Result<()> {
+fn commit_batch(state: &mut State, journal: bool) -> Result<()> {
     if state.batch_ops == 0 {
         return Ok(());
     }
@@ -370,15 +377,15 @@ fn commit_batch(state: &mut State) -> Result<()> {
         }
         Err(e) => {
             let e = storage(e);
-            fail_batch(state, &e);
+            fail_batch(state, journal, &e);
             Err(e)
         }
     }
 }
 
 /// Rolls the open transaction back after a storage failure; poisons the ledger if that lost earlier writes.
-fn fail_batch(state: &mut State, e: &Error) {
-    let earlier_writes = state.batch_ops > 0 || !state.journal;
+fn fail_batch(state: &mut State, journal: bool, e: &Error) {
+    let earlier_writes = state.batch_ops > 0 || !journal;
     let _ = state.conn.execute_batch("ROLLBACK");
     state.batch_ops = 0;
     if earlier_writes {
@@ -551,11 +558,7 @@ fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -
 /// (No `RETURNING`: SQLite buffers returned rows in an ephemeral table, which cost more than the read it saves.)
 fn complete_started(conn: &Connection, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<bool> {
     let (Ok(now), Ok(fence)) = (i64::try_from(now_ms), i64::try_from(fence)) else { return Ok(false) };
-    let (output, error) = match completion {
-        Completion::Succeeded { output } => (Some(output.as_slice()), None),
-        Completion::Failed { error } => (None, Some(error.as_str())),
-        Completion::Unknown { reason } => (None, Some(reason.as_str())),
-    };
+    let (output, error) = completion.output_and_error();
     // A lease past i64::MAX is stored negative (`to_sql`), and is later than any `now` that fits.
     let mut stmt = conn
         .prepare_cached(
@@ -693,8 +696,8 @@ impl Ledger for SqliteLedger {
             if !complete_started(conn, key, fence, completion, now_ms)? {
                 return Ok((false, Commit::MayWait));
             }
-            // Whether the write may wait matters only with group commit; without it every write commits now.
-            let durable = self.group_commit_ops_max > 0 && claimed_durably(conn, key)?;
+            // How the key was claimed decides whether the completion may wait, when that matters at all.
+            let durable = self.commit_timing_matters() && claimed_durably(conn, key)?;
             Ok((true, if durable { Commit::Now } else { Commit::MayWait }))
         })?;
         if done {
@@ -950,7 +953,7 @@ impl Ledger for SqliteLedger {
 
     fn flush(&self) -> Result<()> {
         let mut state = self.lock()?;
-        commit_batch(&mut state)
+        commit_batch(&mut state, self.journal)
     }
 }
 
@@ -960,7 +963,7 @@ impl Drop for SqliteLedger {
         if let Ok(state) = self.state.get_mut()
             && state.failed.is_none()
         {
-            let _ = commit_batch(state);
+            let _ = commit_batch(state, self.journal);
         }
     }
 }

@@ -135,20 +135,9 @@ pub(crate) fn complete(
     // The attempt is over, so the lease is released now. From here on `lease_expiry_ms` is the moment the attempt
     // ended: the latest moment its effect can have committed, from which a lookup connector's lag bound is counted.
     record.lease_expiry_ms = record.lease_expiry_ms.min(now_ms);
-    match completion {
-        Completion::Succeeded { output } => {
-            record.output = Some(output.clone());
-            record.error = None;
-        }
-        Completion::Failed { error } => {
-            record.output = None;
-            record.error = Some(error.clone());
-        }
-        Completion::Unknown { reason } => {
-            record.output = None;
-            record.error = Some(reason.clone());
-        }
-    }
+    let (output, error) = completion.output_and_error();
+    record.output = output.map(<[u8]>::to_vec);
+    record.error = error.map(str::to_owned);
     Ok(true)
 }
 
