@@ -58,7 +58,7 @@ enum Stored {
 
 #[derive(Debug, Default)]
 struct RunRecords {
-    keys: Vec<String>,
+    keys: Vec<Arc<str>>,
     objects: Vec<String>,
 }
 
@@ -81,10 +81,11 @@ pub struct Payments {
     action_names: [Arc<str>; 2],
     actions: Vec<ActionSpec>,
     retention_ms: u64,
-    keys: FastMap<String, KeyRecord>,
+    /// Idempotency keys: one shared string per key, named here, in [`Payments::expiry`] and under its run.
+    keys: FastMap<Arc<str>, KeyRecord>,
     /// Keys by (expiry time, sequence number), for expiry. A forgotten run's keys leave this index too, so memory is
     /// bounded by the keys of unfinished runs rather than by everything stored in the last retention window.
-    expiry: BTreeMap<(u64, u64), String>,
+    expiry: BTreeMap<(u64, u64), Arc<str>>,
     /// Each run's keys and object ids, so a finished run's records can be dropped.
     by_run: FastMap<String, RunRecords>,
     customers: SearchIndex,
@@ -135,8 +136,8 @@ impl Payments {
                 break;
             }
             let (slot, key) = entry.remove_entry();
-            if self.keys.get(&key).is_some_and(|r| r.expiry_slot == slot) {
-                self.keys.remove(&key);
+            if self.keys.get(&*key).is_some_and(|r| r.expiry_slot == slot) {
+                self.keys.remove(&*key);
             }
         }
     }
@@ -204,8 +205,9 @@ impl Payments {
         };
         // `next_id` was bumped above for this key alone: a unique sequence number.
         let expiry_slot = (cx.now_ms + self.retention_ms, self.next_id);
+        let idempotency_key: Arc<str> = idempotency_key.into();
         self.keys.insert(
-            idempotency_key.to_string(),
+            idempotency_key.clone(),
             KeyRecord {
                 action,
                 inputs: request.inputs.clone(),
@@ -214,12 +216,12 @@ impl Payments {
                 expiry_slot,
             },
         );
-        self.expiry.insert(expiry_slot, idempotency_key.to_string());
+        self.expiry.insert(expiry_slot, idempotency_key.clone());
         if !self.by_run.contains_key(request.run_id) {
             self.by_run.insert(request.run_id.to_string(), RunRecords::default());
         }
         let run = self.by_run.get_mut(request.run_id).expect("inserted above");
-        run.keys.push(idempotency_key.to_string());
+        run.keys.push(idempotency_key);
         run.objects.push(object_id.clone());
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
@@ -270,7 +272,7 @@ impl Api for Payments {
     fn forget_run(&mut self, run_id: &str) {
         let run = self.by_run.remove(run_id).unwrap_or_default();
         for key in run.keys {
-            if let Some(record) = self.keys.remove(&key) {
+            if let Some(record) = self.keys.remove(&*key) {
                 self.expiry.remove(&record.expiry_slot);
             }
         }

@@ -346,7 +346,13 @@ pub struct Indexed {
 
 impl SearchIndex {
     pub fn insert(&mut self, run_id: &str, term: String, object: Indexed) {
-        self.terms_by_run.entry(run_id.to_string()).or_default().push(term.clone());
+        // The run's entry is looked up before one is made: `entry` would allocate the run id on every insert.
+        match self.terms_by_run.get_mut(run_id) {
+            Some(terms) => terms.push(term.clone()),
+            None => {
+                self.terms_by_run.insert(run_id.to_owned(), vec![term.clone()]);
+            }
+        }
         self.by_term.entry(term).or_default().push(object);
     }
 

@@ -610,9 +610,14 @@ impl Shared {
         let last = {
             let incarnations = self.incarnations.lock().expect("incarnations");
             let mut drivers = self.drivers.lock().expect("drivers");
-            let entry = drivers.entry(run_id.to_owned()).or_default();
-            entry.retain(|d| *d != me && incarnations[d.0 as usize] == d.1);
-            let last = entry.is_empty();
+            // A live driver is registered, so the run's entry exists; `entry` would allocate the run id to find it.
+            let last = match drivers.get_mut(run_id) {
+                Some(entry) => {
+                    entry.retain(|d| *d != me && incarnations[d.0 as usize] == d.1);
+                    entry.is_empty()
+                }
+                None => true,
+            };
             if last {
                 drivers.remove(run_id);
             }
