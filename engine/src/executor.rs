@@ -178,6 +178,34 @@ enum KeyEnd {
     Failed { reason: String },
 }
 
+/// Where a drive gets the run's trigger.
+#[derive(Clone, Copy)]
+enum Trigger<'a> {
+    /// Parsed from the ledger.
+    Stored,
+    /// The caller's copy, used when it is the stored document ([`is_stored_document`]); parsed from the ledger
+    /// otherwise.
+    Known(&'a Value),
+    /// An edited trigger, for this drive only ([`Engine::replay`]).
+    Edited(&'a Value),
+}
+
+/// Whether `trigger` is the document whose canonical bytes are `stored`, exactly as parsing `stored` gives it back:
+/// the same canonical bytes, and no number that a parse would read back as another kind. A float with an integral
+/// value (`2.0`) is written `2`, which parses as an integer; every other number, string and structure reads back as
+/// it was written. Cheaper than the parse it saves: one canonical write into a buffer and no tree to build and drop.
+fn is_stored_document(trigger: &Value, stored: &[u8]) -> bool {
+    fn reads_back(value: &Value) -> bool {
+        match value {
+            Value::Number(n) => n.as_f64().is_none_or(|f| n.is_i64() || n.is_u64() || f.fract() != 0.0),
+            Value::Array(items) => items.iter().all(reads_back),
+            Value::Object(map) => map.values().all(reads_back),
+            Value::Null | Value::Bool(_) | Value::String(_) => true,
+        }
+    }
+    canonical::to_vec(trigger).is_ok_and(|bytes| bytes == stored) && reads_back(trigger)
+}
+
 /// What one key needs from its step.
 struct KeyJob<'a> {
     run_id: &'a str,
@@ -427,12 +455,20 @@ impl Engine {
     /// Creates the run (unless it exists) and drives it.
     pub async fn start_run(&self, workflow: &str, run_id: &str, trigger: &Value) -> Result<RunStatus, Error> {
         self.create_run(workflow, run_id, trigger)?;
-        self.drive(run_id).await
+        self.drive_known(run_id, trigger).await
     }
 
     /// Drives a run until it succeeds, fails or pauses. A finished or paused run is returned as it is.
     pub async fn drive(&self, run_id: &str) -> Result<RunStatus, Error> {
-        self.drive_with(run_id, None).await
+        self.drive_with(run_id, Trigger::Stored).await
+    }
+
+    /// [`Engine::drive`] for a caller that holds the run's trigger (it created the run): when `trigger` is the
+    /// document the ledger stored (the same canonical bytes, and nothing a parse of them would read back otherwise),
+    /// the drive uses it instead of parsing the stored bytes. Otherwise, or for a run created with another trigger,
+    /// the stored trigger is used, as by [`Engine::drive`]: the result is the same either way.
+    pub async fn drive_known(&self, run_id: &str, trigger: &Value) -> Result<RunStatus, Error> {
+        self.drive_with(run_id, Trigger::Known(trigger)).await
     }
 
     /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
@@ -478,7 +514,7 @@ impl Engine {
             return Err(Error::UnknownRun(run_id.to_string()));
         }
         canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
-        self.drive_with(run_id, Some(edited_trigger)).await
+        self.drive_with(run_id, Trigger::Edited(edited_trigger)).await
     }
 
     /// Drops webhook inbox rows older than the configured retention.
@@ -554,19 +590,35 @@ impl Engine {
         Ok(intake)
     }
 
-    async fn drive_with(&self, run_id: &str, edited_trigger: Option<&Value>) -> Result<RunStatus, Error> {
+    async fn drive_with(&self, run_id: &str, given: Trigger<'_>) -> Result<RunStatus, Error> {
+        let edited_trigger = match given {
+            Trigger::Edited(trigger) => Some(trigger),
+            Trigger::Stored | Trigger::Known(_) => None,
+        };
         let walking = edited_trigger.is_some();
-        // Read in place: the status, the workflow's name and (unless the run ends here or an edited trigger replaces
-        // it) the parsed trigger, without copying the run's record.
+        // Read in place: the status, the workflow's name and (unless the run ends here, an edited trigger replaces
+        // it or the caller's copy is the same document) the parsed trigger, without copying the run's record.
         let mut read = None;
+        let mut known_is_stored = false;
         self.ledger.inspect_run(run_id, &mut |run| {
             read = run.map(|run| {
                 let ends_here =
                     !walking && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused);
-                let trigger = (!ends_here && !walking).then(|| serde_json::from_slice::<Value>(&run.trigger));
+                if let Trigger::Known(known) = given
+                    && !ends_here
+                {
+                    known_is_stored = is_stored_document(known, &run.trigger);
+                }
+                let trigger =
+                    (!ends_here && !walking && !known_is_stored).then(|| serde_json::from_slice::<Value>(&run.trigger));
                 (run.status, run.workflow.clone(), trigger)
             });
         })?;
+        // The trigger this drive uses without parsing: an edited one, or the caller's copy of the stored one.
+        let held_trigger = match given {
+            Trigger::Known(known) if known_is_stored => Some(known),
+            _ => edited_trigger,
+        };
         let (status, workflow, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         match status {
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(status),
@@ -577,13 +629,14 @@ impl Engine {
         if status == RunStatus::Pending {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
             self.observer.event(&Event::RunStarted { run_id, workflow: &workflow });
-        } else if status != RunStatus::Running && edited_trigger.is_some() {
+        } else if status != RunStatus::Running && walking {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
         }
         let stored_trigger =
             stored_trigger.transpose().map_err(|e| Error::Corrupt(format!("trigger of run {run_id}: {e}")))?;
-        let trigger =
-            edited_trigger.or(stored_trigger.as_ref()).expect("parsed above unless an edited trigger is given");
+        let trigger = held_trigger
+            .or(stored_trigger.as_ref())
+            .expect("parsed above unless an edited trigger or the stored document is given");
         let mut outputs: Vec<Arc<Value>> = Vec::with_capacity(compiled.kinds.len());
         for (step, kind) in compiled.workflow.steps.iter().zip(&compiled.kinds) {
             let end = match kind {
@@ -1113,5 +1166,28 @@ impl Engine {
             }
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_held_trigger_stands_for_the_stored_one_only_when_a_parse_would_give_it_back() {
+        let stored = |v: &Value| canonical::to_vec(v).expect("canonical");
+        let trigger = json!({"email": "a@example.com", "amount": 5, "tags": ["x", -3, 1.5], "ok": true, "n": null});
+        assert!(is_stored_document(&trigger, &stored(&trigger)));
+        assert!(!is_stored_document(&json!({"amount": 6}), &stored(&json!({"amount": 5}))));
+        assert!(!is_stored_document(&trigger, b"not json"));
+        // 2.0 is stored as `2`, which parses as the integer 2: not the same document as the caller's float.
+        let float = json!({"amount": 2.0});
+        assert_eq!(stored(&float), b"{\"amount\":2}");
+        assert!(!is_stored_document(&float, &stored(&float)));
+        assert!(!is_stored_document(&json!({"x": -0.0}), &stored(&json!({"x": -0.0}))));
+        // Numbers a parse reads back as themselves: fractions, and integers up to 2^53 - 1.
+        let numbers = json!({"x": 0.25, "y": -1.5e-7, "z": 9_007_199_254_740_991_u64});
+        assert!(is_stored_document(&numbers, &stored(&numbers)));
     }
 }

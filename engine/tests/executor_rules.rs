@@ -349,6 +349,29 @@ async fn a_succeeded_step_replays_without_a_call_and_changed_inputs_run_once() {
 }
 
 #[tokio::test]
+async fn a_drive_uses_the_callers_trigger_only_when_it_is_the_stored_one() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "api.charge", "inputs": {"amount": "{{trigger.amount}}"}}
+    ]});
+    let engine = engine(config("w1"), memory_ledger(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    // Another document than the run was created with: the stored trigger is used.
+    engine.create_run("wf", "r1", &json!({"amount": 5})).unwrap();
+    assert_eq!(engine.drive_known("r1", &json!({"amount": 6})).await.unwrap(), RunStatus::Succeeded);
+    // A float with an integral value is stored as an integer: the drive sends what a parse of the ledger gives.
+    engine.create_run("wf", "r2", &json!({"amount": 2.0})).unwrap();
+    assert_eq!(engine.drive_known("r2", &json!({"amount": 2.0})).await.unwrap(), RunStatus::Succeeded);
+    // The same document: sent as it is, as a drive from the ledger would send it.
+    assert_eq!(engine.start_run("wf", "r3", &json!({"amount": 7})).await.unwrap(), RunStatus::Succeeded);
+    let sent: Vec<serde_json::Value> = connector.effects().iter().map(|e| e.inputs["amount"].clone()).collect();
+    assert_eq!(sent, [json!(5), json!(2), json!(7)]);
+    assert!(sent[1].is_u64(), "the stored `2`, not the caller's 2.0");
+    // A finished run is returned as it is, whatever trigger the caller holds.
+    assert_eq!(engine.drive_known("r3", &json!({"amount": 8})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 3);
+}
+
+#[tokio::test]
 async fn volatile_fields_are_sent_but_not_keyed() {
     let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
     let ledger = memory_ledger();

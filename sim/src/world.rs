@@ -467,14 +467,18 @@ impl Connector for WorkerLink {
 /// A run being driven by one worker incarnation.
 type Driver = (u32, u32);
 
+/// A run for a worker to drive: its id, and its trigger when the sender created the run with it (the drive then
+/// skips parsing the stored trigger; see `Engine::drive_known`).
+type Mail = (String, Option<Arc<serde_json::Value>>);
+
 struct Shared {
     config: WorldConfig,
     ledger: Arc<dyn Ledger>,
     monitor: Arc<Monitor>,
     fakes: workflows::Fakes,
     progress: Arc<Progress>,
-    /// Run ids waiting for each worker.
-    mailboxes: Vec<Mutex<VecDeque<String>>>,
+    /// Runs waiting for each worker.
+    mailboxes: Vec<Mutex<VecDeque<Mail>>>,
     wakeups: Vec<tokio::sync::Notify>,
     /// Node ids of the workers, and each worker's incarnation (bumped on every crash).
     nodes: Mutex<Vec<Option<madsim::runtime::NodeHandle>>>,
@@ -516,8 +520,8 @@ impl Shared {
         (blake3::hash(run_id.as_bytes()).as_bytes()[0] as u32) % self.config.profile.world.workers
     }
 
-    fn dispatch(&self, run_id: &str, worker: u32) {
-        self.mailboxes[worker as usize].lock().expect("mailbox").push_back(run_id.to_owned());
+    fn dispatch(&self, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
+        self.mailboxes[worker as usize].lock().expect("mailbox").push_back((run_id.to_owned(), trigger));
         self.wakeups[worker as usize].notify_one();
     }
 
@@ -700,7 +704,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
     for run_id in unfinished {
         if world.assigned_worker(&run_id) == worker {
-            start_drive(&world, &engine, me, run_id);
+            start_drive(&world, &engine, me, run_id, None);
         }
     }
     // Runs whose every driver died (a crash while a person was resolving, or during a replay): finish those that
@@ -725,7 +729,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
                 world.drivers.lock().expect("drivers").remove(&run_id);
                 world.finish_run(&run_id, r.status);
             }
-            Some(_) => start_drive(&world, &engine, me, run_id),
+            Some(_) => start_drive(&world, &engine, me, run_id, None),
             None => {
                 world.drivers.lock().expect("drivers").remove(&run_id);
             }
@@ -734,13 +738,19 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     loop {
         let next = world.mailboxes[worker as usize].lock().expect("mailbox").pop_front();
         match next {
-            Some(run_id) => start_drive(&world, &engine, me, run_id),
+            Some((run_id, trigger)) => start_drive(&world, &engine, me, run_id, trigger),
             None => world.wakeups[worker as usize].notified().await,
         }
     }
 }
 
-fn start_drive(world: &Arc<Shared>, engine: &Arc<Engine>, me: Driver, run_id: String) {
+fn start_drive(
+    world: &Arc<Shared>,
+    engine: &Arc<Engine>,
+    me: Driver,
+    run_id: String,
+    trigger: Option<Arc<serde_json::Value>>,
+) {
     // Finished runs are forgotten; a late mailbox message for one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
     match world.ledger.run_status(&run_id) {
@@ -760,7 +770,13 @@ fn start_drive(world: &Arc<Shared>, engine: &Arc<Engine>, me: Driver, run_id: St
     let engine = engine.clone();
     tokio::spawn(async move {
         // Boxed: the drive's state machine is large, and this task is spawned (and copied) on every restart.
-        let status = match Box::pin(engine.drive(&run_id)).await {
+        let drive = async {
+            match &trigger {
+                Some(trigger) => engine.drive_known(&run_id, trigger).await,
+                None => engine.drive(&run_id).await,
+            }
+        };
+        let status = match Box::pin(drive).await {
             Ok(status) => status,
             Err(e) => {
                 world.engine_error(format!("drive {run_id}: {e}"));
@@ -816,9 +832,10 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
             }
             world.runs_in_flight.fetch_add(1, Ordering::Relaxed);
             let worker = world.assigned_worker(&run_id);
-            world.dispatch(&run_id, worker);
+            let trigger = Arc::new(trigger);
+            world.dispatch(&run_id, worker, Some(trigger.clone()));
             if knobs.workers > 1 && rng.chance(knobs.double_dispatch_share) {
-                world.dispatch(&run_id, (worker + 1) % knobs.workers);
+                world.dispatch(&run_id, (worker + 1) % knobs.workers, Some(trigger));
             }
         }
         index += 1;
@@ -917,7 +934,8 @@ fn deliver(
                 }
                 world.runs_in_flight.fetch_add(1, Ordering::Relaxed);
                 let worker = world.assigned_worker(&run_id);
-                world.dispatch(&run_id, worker);
+                // The run's trigger is the event's body, which the world holds parsed.
+                world.dispatch(&run_id, worker, Some(event.payload.clone()));
                 started = Some(run_id);
             }
             Ok(Intake::Duplicate { .. }) => {}
