@@ -449,7 +449,7 @@ impl Engine {
             created_ms: now_ms,
             updated_ms: now_ms,
         };
-        Ok(self.ledger.create_run(&run)?)
+        Ok(self.ledger.create_run(run)?)
     }
 
     /// Creates the run (unless it exists) and drives it.
@@ -579,7 +579,7 @@ impl Engine {
             created_ms: now_ms,
             updated_ms: now_ms,
         };
-        let intake = self.ledger.intake(&inbox, &run).map_err(|e| webhook::Error::Ledger(e.to_string()))?;
+        let intake = self.ledger.intake(&inbox, run).map_err(|e| webhook::Error::Ledger(e.to_string()))?;
         if let Intake::Duplicate { run_id } = &intake {
             self.observer.event(&Event::WebhookDuplicate {
                 source: &source.name,

@@ -344,9 +344,9 @@ fn runs(f: Fixture) {
         ("r2", RunStatus::Succeeded),
         ("r4", RunStatus::Pending),
     ] {
-        assert!(l.create_run(&run_of(id, status)).unwrap());
+        assert!(l.create_run(run_of(id, status)).unwrap());
     }
-    assert!(!l.create_run(&run_of("r1", RunStatus::Failed)).unwrap(), "an existing run is kept");
+    assert!(!l.create_run(run_of("r1", RunStatus::Failed)).unwrap(), "an existing run is kept");
     assert_eq!(l.get_run("r1").unwrap(), Some(run_of("r1", RunStatus::Pending)));
     let mut lent = None;
     l.inspect_run("r1", &mut |run| lent = run.cloned()).unwrap();
@@ -393,7 +393,7 @@ fn intake_deduplicates(f: Fixture) {
         (delivery("stripe", "evt_4", None), "run-f", duplicate("run-f")),
     ];
     for (i, (d, run_id, expected)) in cases.iter().enumerate() {
-        assert_eq!(&l.intake(d, &run_of(run_id, RunStatus::Pending)).unwrap(), expected, "case {i}");
+        assert_eq!(&l.intake(d, run_of(run_id, RunStatus::Pending)).unwrap(), expected, "case {i}");
     }
     // The runs were created in the same transaction; duplicates created none.
     assert_eq!(l.unfinished_runs().unwrap(), ["run-a", "run-d", "run-e", "run-f"]);
@@ -403,11 +403,11 @@ fn expire_inbox(f: Fixture) {
     let l = &*f.ledger;
     let at = |event_id, received_ms| Delivery { source: "s", event_id, dedup_key: Some(event_id), received_ms };
     assert_eq!(
-        l.intake(&at("e1", 10), &run_of("r1", RunStatus::Pending)).unwrap(),
+        l.intake(&at("e1", 10), run_of("r1", RunStatus::Pending)).unwrap(),
         Intake::Started { run_id: "r1".into() }
     );
     assert_eq!(
-        l.intake(&at("e2", 20), &run_of("r2", RunStatus::Pending)).unwrap(),
+        l.intake(&at("e2", 20), run_of("r2", RunStatus::Pending)).unwrap(),
         Intake::Started { run_id: "r2".into() }
     );
     l.record_rejected("s", "forged", "unsigned", 15).unwrap();
@@ -415,19 +415,19 @@ fn expire_inbox(f: Fixture) {
     assert_eq!(l.expire_inbox(20).unwrap(), 0);
     // e2 is still deduplicated.
     assert_eq!(
-        l.intake(&at("e2", 30), &run_of("r9", RunStatus::Pending)).unwrap(),
+        l.intake(&at("e2", 30), run_of("r9", RunStatus::Pending)).unwrap(),
         Intake::Duplicate { run_id: "r2".into() }
     );
     // e1 expired: a late redelivery finds its run (the run id derives from the event) and starts nothing...
     assert_eq!(
-        l.intake(&at("e1", 30), &run_of("r1", RunStatus::Pending)).unwrap(),
+        l.intake(&at("e1", 30), run_of("r1", RunStatus::Pending)).unwrap(),
         Intake::Duplicate { run_id: "r1".into() }
     );
     // ...and once the run is forgotten as well, it is new again.
     l.forget_run("r1").unwrap();
     l.expire_inbox(31).unwrap();
     assert_eq!(
-        l.intake(&at("e1", 40), &run_of("r1", RunStatus::Pending)).unwrap(),
+        l.intake(&at("e1", 40), run_of("r1", RunStatus::Pending)).unwrap(),
         Intake::Started { run_id: "r1".into() }
     );
 }
@@ -462,7 +462,7 @@ fn resolutions(f: Fixture) {
 fn forget_run_drops_everything_of_the_run(f: Fixture) {
     let l = &*f.ledger;
     for (run_id, first) in [("gone", 1u8), ("kept", 101u8)] {
-        l.create_run(&run_of(run_id, RunStatus::Succeeded)).unwrap();
+        l.create_run(run_of(run_id, RunStatus::Succeeded)).unwrap();
         for i in 0..20u8 {
             let k = key(first + i);
             granted(l.claim(&claim_of(k, run_id, "w", 0, 0)));
@@ -511,9 +511,9 @@ fn reopen_keeps_everything(f: Fixture) {
     l.complete(&k, 1, &succeeded("out"), 1).unwrap();
     granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
     l.record_plan("run-1", &k, b"plan", 2).unwrap();
-    l.create_run(&run_of("run-1", RunStatus::Paused)).unwrap();
+    l.create_run(run_of("run-1", RunStatus::Paused)).unwrap();
     let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
-    l.intake(&d, &run_of("run-2", RunStatus::Pending)).unwrap();
+    l.intake(&d, run_of("run-2", RunStatus::Pending)).unwrap();
     let res =
         ResolutionRecord { run_id: "run-1".into(), key: k, resolution: Resolution::Abort, by: "p".into(), at_ms: 4 };
     l.record_resolution(&res).unwrap();
@@ -526,7 +526,7 @@ fn reopen_keeps_everything(f: Fixture) {
     assert_eq!(before, after);
     assert_eq!(l.get_plan(&k).unwrap().as_deref(), Some(&b"plan"[..]));
     assert_eq!(
-        l.intake(&d, &run_of("run-3", RunStatus::Pending)).unwrap(),
+        l.intake(&d, run_of("run-3", RunStatus::Pending)).unwrap(),
         Intake::Duplicate { run_id: "run-2".into() }
     );
     assert_eq!(l.resolutions("run-1").unwrap(), [res]);
@@ -641,7 +641,7 @@ fn memory_forget_run_leaves_no_entry_behind() {
     let l = MemoryLedger::new();
     for run in 0..200u32 {
         let run_id = format!("run-{run}");
-        l.create_run(&run_of(&run_id, RunStatus::Paused)).unwrap();
+        l.create_run(run_of(&run_id, RunStatus::Paused)).unwrap();
         for step in 0..5u32 {
             let mut bytes = [0u8; 32];
             bytes[..4].copy_from_slice(&run.to_le_bytes());

@@ -126,7 +126,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
                 created_ms: 1,
                 updated_ms: 1,
             };
-            format!("{:?}", l.create_run(&record))
+            format!("{:?}", l.create_run(record.clone()))
         }
         Op::SetRunStatus { run, status } => {
             format!("{:?}", l.set_run_status(&format!("run-{run}"), run_status(status), Some("why"), 2))

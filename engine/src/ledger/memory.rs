@@ -201,12 +201,12 @@ impl Inner {
         }
     }
 
-    fn insert_run(&mut self, run: &RunRecord) -> bool {
+    fn insert_run(&mut self, run: RunRecord) -> bool {
         if self.runs.contains_key(&run.run_id) {
             return false;
         }
         self.set_run_indexes(&run.run_id, None, run.status);
-        self.runs.insert(run.run_id.clone(), run.clone());
+        self.runs.insert(run.run_id.clone(), run);
         true
     }
 
@@ -279,7 +279,7 @@ impl Ledger for MemoryLedger {
         Ok(self.lock().plans.get(&map_key(key)).map(|p| p.plan.clone()))
     }
 
-    fn create_run(&self, run: &RunRecord) -> Result<bool> {
+    fn create_run(&self, run: RunRecord) -> Result<bool> {
         Ok(self.lock().insert_run(run))
     }
 
@@ -317,7 +317,7 @@ impl Ledger for MemoryLedger {
         Ok(sorted(&self.lock().paused))
     }
 
-    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {
+    fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
         let mut inner = self.lock();
         let event = ident(INBOX_EVENT_TAG, delivery.source, delivery.event_id);
         if let Some(row) = inner.inbox.get(&event) {
@@ -334,11 +334,8 @@ impl Ledger for MemoryLedger {
         inner.inbox.insert(event, InboxRow { run_id: RowRunId::new(&run.run_id), received_ms: delivery.received_ms });
         // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
         // retried a week later) was started by this event, so this delivery starts nothing.
-        if inner.insert_run(run) {
-            Ok(Intake::Started { run_id: run.run_id.clone() })
-        } else {
-            Ok(Intake::Duplicate { run_id: run.run_id.clone() })
-        }
+        let run_id = run.run_id.clone();
+        if inner.insert_run(run) { Ok(Intake::Started { run_id }) } else { Ok(Intake::Duplicate { run_id }) }
     }
 
     fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {

@@ -297,8 +297,9 @@ pub trait Ledger: Send + Sync {
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>>;
 
     // --- runs -------------------------------------------------------------------------------------------------
-    /// Creates the run unless a run with its id exists; returns whether it created it.
-    fn create_run(&self, run: &RunRecord) -> Result<bool>;
+    /// Creates the run unless a run with its id exists; returns whether it created it. Takes the record, which a
+    /// ledger in memory keeps as it is.
+    fn create_run(&self, run: RunRecord) -> Result<bool>;
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>>;
     /// Calls `read` with the run's record (or `None`), borrowed where the ledger can: see [`Ledger::inspect`].
     fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
@@ -318,7 +319,7 @@ pub trait Ledger: Send + Sync {
     // --- webhooks ---------------------------------------------------------------------------------------------
     /// Records the delivery in the inbox and creates `run` in one transaction, unless the event (or its dedup key)
     /// is already in the inbox.
-    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake>;
+    fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake>;
     /// Records a rejected delivery (forged, unsigned, stale), which starts nothing.
     fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()>;
     /// Drops inbox rows received before `before_ms` (retention).

@@ -750,8 +750,8 @@ impl Ledger for SqliteLedger {
         self.read(|conn| get_plan(conn, key))
     }
 
-    fn create_run(&self, run: &RunRecord) -> Result<bool> {
-        self.write_one(|conn| Ok((insert_run(conn, run)?, Commit::Now)))
+    fn create_run(&self, run: RunRecord) -> Result<bool> {
+        self.write_one(|conn| Ok((insert_run(conn, &run)?, Commit::Now)))
     }
 
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
@@ -824,7 +824,7 @@ impl Ledger for SqliteLedger {
         self.read(|conn| run_ids(conn, "SELECT run_id FROM runs WHERE status = 'paused' ORDER BY run_id"))
     }
 
-    fn intake(&self, delivery: &Delivery<'_>, run: &RunRecord) -> Result<Intake> {
+    fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
         self.write(|conn| {
             let mut by_event =
                 conn.prepare_cached("SELECT run_id FROM inbox WHERE source = ?1 AND event_id = ?2").map_err(storage)?;
@@ -859,7 +859,7 @@ impl Ledger for SqliteLedger {
                 .map_err(storage)?;
             // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
             // retried a week later) was started by this event, so this delivery starts nothing.
-            let intake = if insert_run(conn, run)? {
+            let intake = if insert_run(conn, &run)? {
                 Intake::Started { run_id: run.run_id.clone() }
             } else {
                 Intake::Duplicate { run_id: run.run_id.clone() }
