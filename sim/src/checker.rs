@@ -31,13 +31,16 @@ pub struct ActionInfo {
 }
 
 /// One committed effect, as the checker sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EffectSeen<'a> {
     /// The key the engine sent (the fake's out-of-band tag).
     pub sent_key: &'a Key,
     pub run_id: &'a str,
+    /// The connector's name and its action's (the checker's action is `connector.action`).
+    pub connector: &'a str,
     pub action: &'a str,
-    pub object_id: &'a str,
+    /// Kept by the checker (the effect gives it up rather than have it copied).
+    pub object_id: String,
     pub committed_ms: u64,
     pub visible_ms: u64,
 }
@@ -173,6 +176,20 @@ impl Checker {
         match self.action_index.get(name) {
             Some(i) => *i,
             None => panic!("the engine called action {name:?}, which the world did not declare"),
+        }
+    }
+
+    /// [`Checker::action_of`] the action `connector.action`, without joining the two names into a new string.
+    fn action_of_parts(&self, connector: &str, action: &str) -> usize {
+        let is = |name: &str| {
+            name.len() == connector.len() + 1 + action.len()
+                && name.starts_with(connector)
+                && name.as_bytes()[connector.len()] == b'.'
+                && name.ends_with(action)
+        };
+        match self.action_names.iter().position(|name| is(name)) {
+            Some(i) => i,
+            None => panic!("a fake committed action {connector}.{action}, which the world did not declare"),
         }
     }
 
@@ -312,9 +329,9 @@ impl Checker {
     }
 
     /// One committed effect.
-    pub fn on_effect(&mut self, effect: &EffectSeen<'_>) {
+    pub fn on_effect(&mut self, effect: EffectSeen<'_>) {
         self.effects += 1;
-        let action = self.action_of(effect.action);
+        let action = self.action_of_parts(effect.connector, effect.action);
         self.counters[action].effects += 1;
         let ledger_key = self.sent_to_ledger.get(effect.sent_key).copied().unwrap_or(*effect.sent_key);
         let Some(run) = self.runs.get_mut(effect.run_id) else {
@@ -323,7 +340,7 @@ impl Checker {
         };
         let state = run.keys.entry(ledger_key).or_insert_with(|| KeyState { action, ..KeyState::default() });
         state.effects += 1;
-        state.objects.push(effect.object_id.to_owned());
+        state.objects.push(effect.object_id);
         if state.effects == 1 {
             state.first_lag_ms = effect.visible_ms.saturating_sub(effect.committed_ms);
             return;
@@ -337,7 +354,7 @@ impl Checker {
         } else {
             let description = format!(
                 "run {} step {}: key {} of {} ({}) has {} effects",
-                effect.run_id, state.step_id, ledger_key, effect.action, info.class, state.effects
+                effect.run_id, state.step_id, ledger_key, self.action_names[action], info.class, state.effects
             );
             self.violate("I1", description);
         }

@@ -162,15 +162,12 @@ impl EffectSink for Monitor {
                 Field::U64(effect.visible_ms),
             ],
         );
-        let mut action = String::with_capacity(effect.connector.len() + 1 + effect.action.len());
-        action.push_str(&effect.connector);
-        action.push('.');
-        action.push_str(&effect.action);
-        state.checker.on_effect(&EffectSeen {
+        state.checker.on_effect(EffectSeen {
             sent_key: &effect.key,
             run_id: &effect.run_id,
-            action: &action,
-            object_id: &effect.object_id,
+            connector: &effect.connector,
+            action: &effect.action,
+            object_id: effect.object_id,
             committed_ms: effect.committed_ms,
             visible_ms: effect.visible_ms,
         });
@@ -357,13 +354,15 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
 /// A fake as one worker sees it: through a network that can be cut.
 struct WorkerLink {
     inner: Arc<dyn Connector>,
+    /// The connector's action names, shared by every request that travels (see [`Sent`]).
+    action_names: Vec<Arc<str>>,
     worker: u32,
     world: Arc<Shared>,
 }
 
 /// A request as it travels: owned, so the fake's node can serve it whatever happens to the sender.
 struct Sent {
-    action: String,
+    action: Arc<str>,
     inputs: Arc<serde_json::Value>,
     key: Key,
     run_id: String,
@@ -371,9 +370,13 @@ struct Sent {
 }
 
 impl Sent {
-    fn of(request: &Request<'_>) -> Self {
+    fn of(request: &Request<'_>, action_names: &[Arc<str>]) -> Self {
+        let action = match action_names.iter().find(|name| ***name == *request.action) {
+            Some(name) => name.clone(),
+            None => request.action.into(),
+        };
         Sent {
-            action: request.action.to_owned(),
+            action,
             inputs: request.inputs.clone(),
             key: *request.key,
             run_id: request.run_id.to_owned(),
@@ -393,6 +396,11 @@ impl Sent {
 }
 
 impl WorkerLink {
+    fn new(inner: Arc<dyn Connector>, worker: u32, world: Arc<Shared>) -> Self {
+        let action_names = inner.actions().iter().map(|spec| Arc::from(spec.name.as_str())).collect();
+        WorkerLink { inner, action_names, worker, world }
+    }
+
     fn cut(&self) -> bool {
         let now = self.world.monitor.clock.now_ms();
         self.world.cut_until_ms.lock().expect("cut lock")[self.worker as usize] > now
@@ -435,7 +443,8 @@ impl Connector for WorkerLink {
                     retry_after_ms: None,
                 });
             }
-            let outcome = self.on_fakes_node(Sent::of(&request), |fake, request| fake.call(request)).await;
+            let outcome =
+                self.on_fakes_node(Sent::of(&request, &self.action_names), |fake, request| fake.call(request)).await;
             if self.cut() {
                 // The request went out; the cut swallowed the answer.
                 return CallOutcome::Indeterminate("connection reset after send (network cut)".into());
@@ -450,7 +459,8 @@ impl Connector for WorkerLink {
                 return LookupOutcome::Failed("connection refused (network cut)".into());
             }
             let start = self.world.monitor.clock.now_ms();
-            let found = self.on_fakes_node(Sent::of(&request), |fake, request| fake.lookup(request)).await;
+            let found =
+                self.on_fakes_node(Sent::of(&request, &self.action_names), |fake, request| fake.lookup(request)).await;
             let spent = self.world.monitor.clock.now_ms() - start;
             self.world.monitor.lock().extra_lookup_ms_total += spent;
             if self.cut() {
@@ -579,7 +589,7 @@ impl Shared {
         let clock: Arc<dyn Clock> = Arc::new(self.monitor.clock.clone());
         let mut engine = Engine::new(config, self.ledger.clone(), clock, observer);
         for connector in self.fakes.connectors() {
-            engine.register_connector(Arc::new(WorkerLink { inner: connector, worker, world: self.clone() }));
+            engine.register_connector(Arc::new(WorkerLink::new(connector, worker, self.clone())));
         }
         engine.register_planner(workflows::PLANNER, self.fakes.planner());
         for workflow in &self.workflows {
