@@ -683,12 +683,11 @@ impl Engine {
         outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
-        let canonical = match canonical::to_vec(&key::without_volatile(&inputs, &step.volatile)) {
-            Ok(c) => c,
-            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
-        };
-        let key = key::step_key_canonical(run_id, &step.id, &canonical);
-        let inputs_hash = *blake3::hash(&canonical).as_bytes();
+        let (key, inputs_hash) =
+            match key::step_key_and_inputs_hash(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
+                Ok(keyed) => keyed,
+                Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+            };
         let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash };
         self.run_key(&job).await
     }

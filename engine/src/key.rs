@@ -65,6 +65,27 @@ pub const WRITE_DOMAIN_TAG: &[u8] = b"flow/write-key/v1";
 /// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
 /// measured slower. The canonical inputs are written straight after the header and their length patched in after.
 pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
+    let (buf, _) = step_key_encoding(run_id, step_id, inputs)?;
+    Ok(Key(*blake3::hash(&buf).as_bytes()))
+}
+
+/// [`step_key`], and blake3 of the canonical inputs (what the ledger records as `inputs_hash`), from one canonical
+/// write: the inputs' canonical bytes are the tail of the key's encoding.
+pub fn step_key_and_inputs_hash(
+    run_id: &str,
+    step_id: &str,
+    inputs: &serde_json::Value,
+) -> Result<(Key, [u8; 32]), crate::canonical::Error> {
+    let (buf, inputs_at) = step_key_encoding(run_id, step_id, inputs)?;
+    Ok((Key(*blake3::hash(&buf).as_bytes()), *blake3::hash(&buf[inputs_at..]).as_bytes()))
+}
+
+/// The encoding a step key hashes, and where the canonical inputs start in it.
+fn step_key_encoding(
+    run_id: &str,
+    step_id: &str,
+    inputs: &serde_json::Value,
+) -> Result<(Vec<u8>, usize), crate::canonical::Error> {
     let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + 192);
     write_header(&mut buf, run_id, step_id);
     let length_at = buf.len();
@@ -72,7 +93,7 @@ pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Resu
     crate::canonical::write_value(inputs, &mut buf)?;
     let inputs_len = (buf.len() - length_at - 8) as u64;
     buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
-    Ok(Key(*blake3::hash(&buf).as_bytes()))
+    Ok((buf, length_at + 8))
 }
 
 /// The key of a step whose inputs are already canonical bytes (the output of [`crate::canonical`]; passing any other

@@ -4,8 +4,8 @@
 
 use engine::canonical::canonicalize_bytes;
 use engine::key::{
-    Key, STEP_DOMAIN_TAG, WRITE_DOMAIN_TAG, step_key, step_key_canonical, without_volatile, write_key,
-    write_key_canonical,
+    Key, STEP_DOMAIN_TAG, WRITE_DOMAIN_TAG, step_key, step_key_and_inputs_hash, step_key_canonical, without_volatile,
+    write_key, write_key_canonical,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -27,6 +27,8 @@ fn step_key_encoding_is_pinned() {
     let expected = Key(*blake3::hash(&expected).as_bytes());
     assert_eq!(step_key("run-1", "charge", &inputs).unwrap(), expected);
     assert_eq!(step_key_canonical("run-1", "charge", canonical), expected);
+    let inputs_hash = *blake3::hash(canonical).as_bytes();
+    assert_eq!(step_key_and_inputs_hash("run-1", "charge", &inputs).unwrap(), (expected, inputs_hash));
     // A golden value: changing the tag or the layout changes every key in every ledger, so it must be deliberate.
     assert_eq!(expected.to_hex(), "6da9c3172c50803e5ac5f2995042dbe3eb916e56e882be207b8fd2787ca9977a");
 }
