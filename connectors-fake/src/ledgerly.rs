@@ -86,7 +86,7 @@ impl Api for Ledgerly {
             ("external_ref", Value::from(external_ref.as_str())),
             ("fields", Value::clone(request.inputs)),
         ]));
-        let indexed = Indexed { id: id.clone(), visible_ms, record: record.clone() };
+        let indexed = Indexed { visible_ms, record: record.clone() };
         self.by_external_ref.insert(request.run_id, external_ref, indexed);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {

@@ -59,7 +59,7 @@ enum Stored {
 #[derive(Debug, Default)]
 struct RunRecords {
     keys: Vec<Arc<str>>,
-    objects: Vec<String>,
+    objects: Vec<Arc<str>>,
 }
 
 #[derive(Debug)]
@@ -89,7 +89,8 @@ pub struct Payments {
     /// Each run's keys and object ids, so a finished run's records can be dropped.
     by_run: FastMap<String, RunRecords>,
     customers: SearchIndex,
-    objects_by_id: FastMap<String, Arc<Value>>,
+    /// Objects by id; the id is one shared string here and under its run.
+    objects_by_id: FastMap<Arc<str>, Arc<Value>>,
     next_id: u64,
 }
 
@@ -194,10 +195,11 @@ impl Payments {
             (id, Arc::new(record), "charge.succeeded", cx.now_ms)
         };
         if action == 0 {
-            let indexed = Indexed { id: object_id.clone(), visible_ms, record: record.clone() };
+            let indexed = Indexed { visible_ms, record: record.clone() };
             self.customers.insert(request.run_id, key_hex(request.key), indexed);
         }
-        self.objects_by_id.insert(object_id.clone(), record.clone());
+        let shared_id: Arc<str> = object_id.as_str().into();
+        self.objects_by_id.insert(shared_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
         let outcome = match &response {
             Stored::Applied(value) => Outcome::Applied(value.clone()),
@@ -222,7 +224,7 @@ impl Payments {
         }
         let run = self.by_run.get_mut(request.run_id).expect("inserted above");
         run.keys.push(idempotency_key);
-        run.objects.push(object_id.clone());
+        run.objects.push(shared_id);
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.to_string(),
@@ -277,7 +279,7 @@ impl Api for Payments {
             }
         }
         for object_id in run.objects {
-            self.objects_by_id.remove(&object_id);
+            self.objects_by_id.remove(&*object_id);
         }
         self.customers.forget_run(run_id);
     }

@@ -335,10 +335,9 @@ pub struct SearchIndex {
     terms_by_run: engine::fastmap::FastMap<String, Vec<String>>,
 }
 
-/// One object in a [`SearchIndex`].
+/// One object in a [`SearchIndex`] (its id is in its record).
 #[derive(Debug, Clone)]
 pub struct Indexed {
-    pub id: String,
     pub visible_ms: u64,
     /// Shared with the webhook event and (payments) the stored response, so a create copies its record once.
     pub record: Arc<serde_json::Value>,

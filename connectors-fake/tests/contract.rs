@@ -484,3 +484,25 @@ fn key_hex_matches_the_engine_spelling() {
         assert_eq!(connectors_fake::server::key_hex(&key(n)), key(n).to_hex());
     }
 }
+
+#[test]
+fn contacts_match_emails_whatever_their_case() {
+    use connectors_fake::contacts::{CREATE_CONTACT, Contacts};
+    use connectors_fake::server::{Api, Context};
+    let mut api = Contacts::new("contacts", &FaultProfile::default());
+    let cx = Context { now_ms: T0_MS, lag_ms: 0, response_ms: 0, error_after_commit: false };
+    let inputs = |email: &str| Arc::new(json!({ "email": email }));
+    let (first, second, lower) = (inputs("Ada@Example.COM"), inputs("ADA@example.com"), inputs("ada@example.com"));
+    let (key, run_id) = (Key([1; 32]), "run-1");
+    let request = |inputs| Request { action: CREATE_CONTACT, inputs, key: &key, run_id, attempt: 1 };
+    let created = api.execute(cx, &request(&first));
+    let Outcome::Applied(record) = &created.outcome else { panic!("created: {:?}", created.outcome) };
+    assert_eq!(record["email"], "ada@example.com");
+    // Another spelling of the same address finds the contact and creates nothing.
+    let again = api.execute(cx, &request(&second));
+    assert!(again.effect.is_none());
+    assert!(matches!(&again.outcome, Outcome::Applied(r) if r["conflict"] == true), "{:?}", again.outcome);
+    for spelling in [&first, &second, &lower] {
+        assert!(matches!(api.search(T0_MS, &request(spelling)), LookupOutcome::Found(_)), "{spelling}");
+    }
+}
