@@ -25,7 +25,8 @@ pub struct AtMostOnce {
     name: Arc<str>,
     action_name: Arc<str>,
     actions: Vec<ActionSpec>,
-    id_prefix: &'static str,
+    /// What an object id starts with: the prefix and `_` (`po_`).
+    id_prefix: String,
     event_type: &'static str,
     next_id: u64,
 }
@@ -51,7 +52,7 @@ impl AtMostOnce {
                 has_lookup: false,
                 lookup_lag_bound_ms: 0,
             }],
-            id_prefix,
+            id_prefix: format!("{id_prefix}_"),
             event_type,
             next_id: 0,
         }
@@ -72,7 +73,7 @@ impl Api for AtMostOnce {
             return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
         }
         self.next_id += 1;
-        let id = format!("{}_{}", self.id_prefix, self.next_id);
+        let id = numbered(&self.id_prefix, self.next_id);
         let record = Arc::new(object([
             ("id", Value::from(id.as_str())),
             ("status", "accepted".into()),

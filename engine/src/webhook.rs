@@ -159,10 +159,7 @@ pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
     let timestamp_s = timestamp_ms / 1000;
     let tag = mac(secret, timestamp_s, body).finalize().into_bytes();
     let mut out = format!("t={timestamp_s},v1=");
-    for b in tag {
-        use std::fmt::Write;
-        let _ = write!(out, "{b:02x}");
-    }
+    crate::key::push_hex(&tag, &mut out);
     out
 }
 
