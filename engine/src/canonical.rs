@@ -196,11 +196,29 @@ fn needs_escape(word: u64) -> bool {
     below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
+/// Whether any byte of `bytes` is below 0x20, `"` or `\\`: eight bytes at a time, the last few padded with spaces.
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    let mut chunks = bytes.chunks_exact(8);
+    if chunks.by_ref().any(|chunk| needs_escape(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))) {
+        return true;
+    }
+    let rest = chunks.remainder();
+    let mut last = [b' '; 8];
+    last[..rest.len()].copy_from_slice(rest);
+    needs_escape(u64::from_le_bytes(last))
+}
+
 /// Appends `s` as a canonical JSON string literal.
 fn write_string(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
+    // Almost every string needs no escape: one scan, one copy. The loop below finds the bytes that do.
+    if !any_needs_escape(bytes) {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut run_start = 0;
     let mut i = 0;
     // Bounded by the string's length: every iteration advances `i` by 8 or by 1.
@@ -662,6 +680,20 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_needs_escape_looks_at_every_byte_of_every_length() {
+        for len in 0..=20 {
+            assert!(!any_needs_escape(&vec![b'a'; len]), "length {len}");
+            for position in 0..len {
+                for b in [0x00, 0x1f, b'"', b'\\'] {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[position] = b;
+                    assert!(any_needs_escape(&bytes), "byte {b:#04x} at {position} of {len}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn needs_escape_finds_every_byte_that_needs_one() {
