@@ -45,13 +45,35 @@ pub struct EffectSeen<'a> {
     pub visible_ms: u64,
 }
 
+/// The ids of the objects a key's effects created, in order. Almost always one, held without a heap block of its own
+/// (a `Vec` would allocate one for every effect).
+#[derive(Debug, Default)]
+struct Objects {
+    first: Option<String>,
+    more: Vec<String>,
+}
+
+impl Objects {
+    fn push(&mut self, id: String) {
+        if self.first.is_none() {
+            self.first = Some(id);
+        } else {
+            self.more.push(id);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &String> {
+        self.first.iter().chain(&self.more)
+    }
+}
+
 #[derive(Debug, Default)]
 struct KeyState {
     action: usize,
     step_id: String,
     effects: u32,
     /// The object ids of its effects (more than one only for a duplicate).
-    objects: Vec<String>,
+    objects: Objects,
     first_lag_ms: u64,
     succeeded: bool,
     /// The in-flight call: (worker, incarnation, when its lease expires at the latest).
@@ -416,7 +438,7 @@ impl Checker {
                             format!(
                                 "run {run_id} step {}: the stored output describes none of its effects ({})",
                                 state.step_id,
-                                state.objects.join(", ")
+                                state.objects.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
                             ),
                         ));
                     }
@@ -454,7 +476,7 @@ impl Checker {
     /// external system for a paused run).
     pub fn paused_effect(&self, run_id: &str) -> Option<String> {
         let run = self.runs.get(run_id)?;
-        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.objects.first().cloned())
+        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.objects.first.clone())
     }
 
     /// Up to `count` runs that have not finished, for diagnosis: the first in string order (as a `BTreeMap` lists them).
