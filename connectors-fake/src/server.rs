@@ -331,8 +331,22 @@ pub fn key_hex(key: &engine::key::Key) -> String {
 #[derive(Debug, Default)]
 pub struct SearchIndex {
     // Looked up, never iterated in an order that matters: fixed-seed hash maps (`engine::fastmap`).
-    by_term: engine::fastmap::FastMap<String, Vec<Indexed>>,
+    by_term: engine::fastmap::FastMap<String, Found>,
     terms_by_run: engine::fastmap::FastMap<String, Vec<String>>,
+}
+
+/// The objects under one term, oldest first. Almost always one (a second is a duplicate), held without a heap block
+/// of its own.
+#[derive(Debug)]
+struct Found {
+    first: Indexed,
+    more: Vec<Indexed>,
+}
+
+impl Found {
+    fn iter(&self) -> impl Iterator<Item = &Indexed> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
 }
 
 /// One object in a [`SearchIndex`] (its id is in its record).
@@ -352,7 +366,12 @@ impl SearchIndex {
                 self.terms_by_run.insert(run_id.to_owned(), vec![term.clone()]);
             }
         }
-        self.by_term.entry(term).or_default().push(object);
+        match self.by_term.get_mut(&term) {
+            Some(found) => found.more.push(object),
+            None => {
+                self.by_term.insert(term, Found { first: object, more: Vec::new() });
+            }
+        }
     }
 
     /// The oldest object under `term` that a search at `now_ms` sees.
@@ -362,7 +381,7 @@ impl SearchIndex {
 
     /// The oldest object under `term`, visible or not (what the primary store knows).
     pub fn committed(&self, term: &str) -> Option<&Indexed> {
-        self.by_term.get(term)?.first()
+        self.by_term.get(term).map(|found| &found.first)
     }
 
     pub fn forget_run(&mut self, run_id: &str) {
@@ -372,7 +391,7 @@ impl SearchIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.by_term.values().map(Vec::len).sum()
+        self.by_term.values().map(|found| 1 + found.more.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
