@@ -14,6 +14,7 @@ pub mod at_most_once;
 pub mod canary;
 pub mod contacts;
 pub mod ledgerly;
+pub mod one_or_more;
 pub mod payments;
 pub mod profile;
 pub mod rng;

@@ -21,6 +21,7 @@
 //! committed something: the caller gets `Indeterminate` (a keyed API also stores the 500 under the key).
 //! The rate limit (`rate_limit_per_s`) counts requests that reach the API in fixed one-second windows.
 
+use crate::one_or_more::OneOrMore;
 use crate::profile::{Draws, Fault, FaultProfile};
 use crate::rng::Rng;
 use crate::truth::{Effect, EffectSink};
@@ -331,22 +332,9 @@ pub fn key_hex(key: &engine::key::Key) -> String {
 #[derive(Debug, Default)]
 pub struct SearchIndex {
     // Looked up, never iterated in an order that matters: fixed-seed hash maps (`engine::fastmap`).
-    by_term: engine::fastmap::FastMap<String, Found>,
+    /// The objects under one term, oldest first: almost always one (a second is a duplicate).
+    by_term: engine::fastmap::FastMap<String, OneOrMore<Indexed>>,
     terms_by_run: engine::fastmap::FastMap<String, Vec<String>>,
-}
-
-/// The objects under one term, oldest first. Almost always one (a second is a duplicate), held without a heap block
-/// of its own.
-#[derive(Debug)]
-struct Found {
-    first: Indexed,
-    more: Vec<Indexed>,
-}
-
-impl Found {
-    fn iter(&self) -> impl Iterator<Item = &Indexed> {
-        std::iter::once(&self.first).chain(&self.more)
-    }
 }
 
 /// One object in a [`SearchIndex`] (its id is in its record).
@@ -367,9 +355,9 @@ impl SearchIndex {
             }
         }
         match self.by_term.get_mut(&term) {
-            Some(found) => found.more.push(object),
+            Some(found) => found.push(object),
             None => {
-                self.by_term.insert(term, Found { first: object, more: Vec::new() });
+                self.by_term.insert(term, OneOrMore::new(object));
             }
         }
     }
@@ -381,7 +369,7 @@ impl SearchIndex {
 
     /// The oldest object under `term`, visible or not (what the primary store knows).
     pub fn committed(&self, term: &str) -> Option<&Indexed> {
-        self.by_term.get(term).map(|found| &found.first)
+        self.by_term.get(term).map(OneOrMore::first)
     }
 
     pub fn forget_run(&mut self, run_id: &str) {
@@ -391,7 +379,7 @@ impl SearchIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.by_term.values().map(|found| 1 + found.more.len()).sum()
+        self.by_term.values().map(OneOrMore::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -10,6 +10,7 @@
 //! the checker maps one to the other, which is what lets it see the naive policy's duplicates at all.
 
 use crate::results::{Duplicates, InvariantResult, Latency};
+use connectors_fake::one_or_more::{OneOrMore, push_or_start};
 use engine::event::Event;
 use engine::fastmap::FastMap;
 use engine::key::Key;
@@ -45,35 +46,13 @@ pub struct EffectSeen<'a> {
     pub visible_ms: u64,
 }
 
-/// The ids of the objects a key's effects created, in order. Almost always one, held without a heap block of its own
-/// (a `Vec` would allocate one for every effect).
-#[derive(Debug, Default)]
-struct Objects {
-    first: Option<String>,
-    more: Vec<String>,
-}
-
-impl Objects {
-    fn push(&mut self, id: String) {
-        if self.first.is_none() {
-            self.first = Some(id);
-        } else {
-            self.more.push(id);
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &String> {
-        self.first.iter().chain(&self.more)
-    }
-}
-
 #[derive(Debug, Default)]
 struct KeyState {
     action: usize,
     step_id: String,
     effects: u32,
-    /// The object ids of its effects (more than one only for a duplicate).
-    objects: Objects,
+    /// The object ids of its effects, in order (more than one only for a duplicate).
+    objects: Option<OneOrMore<String>>,
     first_lag_ms: u64,
     succeeded: bool,
     /// The in-flight call: (worker, incarnation, when its lease expires at the latest).
@@ -83,6 +62,13 @@ struct KeyState {
     retry_grants: u32,
     first_call_ms: Option<u64>,
     resolved_by_person: bool,
+}
+
+impl KeyState {
+    /// The ids of the objects its effects created, in order.
+    fn object_ids(&self) -> impl Iterator<Item = &str> {
+        self.objects.iter().flat_map(OneOrMore::iter).map(String::as_str)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -120,7 +106,9 @@ pub struct ActionCounters {
 pub struct Checker {
     actions: Vec<ActionInfo>,
     action_names: Vec<String>,
-    action_index: BTreeMap<String, usize>,
+    /// Each action's name split at its first `.` (as the engine splits it): the connector and the action. Found by a
+    /// scan: a world declares a dozen or two actions, and the lengths rule out almost every one without a compare.
+    action_parts: Vec<(String, String)>,
     /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
     plan_steps: BTreeSet<String>,
     /// Looked up on every event; listed only in sorted order (`unfinished_runs`).
@@ -151,12 +139,18 @@ impl Checker {
         lease_ms: u64,
     ) -> Self {
         let action_names: Vec<String> = actions.keys().cloned().collect();
-        let action_index = action_names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+        let action_parts = action_names
+            .iter()
+            .map(|name| match name.split_once('.') {
+                Some((connector, action)) => (connector.to_owned(), action.to_owned()),
+                None => panic!("action {name:?} is not named connector.action"),
+            })
+            .collect();
         Checker {
             actions: actions.values().cloned().collect(),
             counters: vec![ActionCounters::default(); action_names.len()],
             action_names,
-            action_index,
+            action_parts,
             plan_steps,
             runs: FastMap::default(),
             sent_to_ledger: FastMap::default(),
@@ -194,25 +188,24 @@ impl Checker {
         self.incarnations[worker as usize] += 1;
     }
 
+    /// The index of the action the engine names `connector.action` (split at the first `.`, as the engine does).
     fn action_of(&self, name: &str) -> usize {
-        match self.action_index.get(name) {
-            Some(i) => *i,
+        match name.split_once('.').and_then(|(connector, action)| self.find_action(connector, action)) {
+            Some(i) => i,
             None => panic!("the engine called action {name:?}, which the world did not declare"),
         }
     }
 
-    /// [`Checker::action_of`] the action `connector.action`, without joining the two names into a new string.
+    /// The index of the action a fake reports as `connector` and `action`.
     fn action_of_parts(&self, connector: &str, action: &str) -> usize {
-        let is = |name: &str| {
-            name.len() == connector.len() + 1 + action.len()
-                && name.starts_with(connector)
-                && name.as_bytes()[connector.len()] == b'.'
-                && name.ends_with(action)
-        };
-        match self.action_names.iter().position(|name| is(name)) {
+        match self.find_action(connector, action) {
             Some(i) => i,
             None => panic!("a fake committed action {connector}.{action}, which the world did not declare"),
         }
+    }
+
+    fn find_action(&self, connector: &str, action: &str) -> Option<usize> {
+        self.action_parts.iter().position(|(c, a)| c == connector && a == action)
     }
 
     /// One engine event from `worker`.
@@ -362,7 +355,7 @@ impl Checker {
         };
         let state = run.keys.entry(ledger_key).or_insert_with(|| KeyState { action, ..KeyState::default() });
         state.effects += 1;
-        state.objects.push(effect.object_id);
+        push_or_start(&mut state.objects, effect.object_id);
         if state.effects == 1 {
             state.first_lag_ms = effect.visible_ms.saturating_sub(effect.committed_ms);
             return;
@@ -399,7 +392,7 @@ impl Checker {
         }
         let mut found: Vec<(&'static str, String)> = Vec::new();
         // Every object the run's writes created: a step may adopt one another step created (below).
-        let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.objects.iter().map(String::as_str)).collect();
+        let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.object_ids()).collect();
         for (key, state) in &run.keys {
             self.counters[state.action].steps += 1;
             // The status and output are read in place (the ledger's lock is held meanwhile; nothing below calls the
@@ -431,14 +424,14 @@ impl Checker {
                             ));
                         }
                     } else if let Some(output) = output
-                        && !state.objects.iter().any(|object| contains(output, object.as_bytes()))
+                        && !state.object_ids().any(|object| contains(output, object.as_bytes()))
                     {
                         found.push((
                             "I2",
                             format!(
                                 "run {run_id} step {}: the stored output describes none of its effects ({})",
                                 state.step_id,
-                                state.objects.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+                                state.object_ids().collect::<Vec<_>>().join(", ")
                             ),
                         ));
                     }
@@ -476,7 +469,10 @@ impl Checker {
     /// external system for a paused run).
     pub fn paused_effect(&self, run_id: &str) -> Option<String> {
         let run = self.runs.get(run_id)?;
-        run.keys.values().find(|k| !k.succeeded && k.effects > 0).and_then(|k| k.objects.first.clone())
+        run.keys
+            .values()
+            .find(|k| !k.succeeded && k.effects > 0)
+            .and_then(|k| k.objects.as_ref().map(|objects| objects.first().clone()))
     }
 
     /// Up to `count` runs that have not finished, for diagnosis: the first in string order (as a `BTreeMap` lists them).
