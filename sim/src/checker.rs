@@ -10,6 +10,7 @@
 //! the checker maps one to the other, which is what lets it see the naive policy's duplicates at all.
 
 use crate::results::{Duplicates, InvariantResult, Latency};
+use crate::vecmap::VecMap;
 use connectors_fake::one_or_more::{OneOrMore, push_or_start};
 use engine::event::Event;
 use engine::fastmap::FastMap;
@@ -73,11 +74,11 @@ impl KeyState {
 
 #[derive(Debug, Default)]
 struct RunState {
-    keys: BTreeMap<Key, KeyState>,
+    keys: VecMap<Key, KeyState>,
     /// Steps whose plan is recorded: (step id) → the number of times a *new* plan was recorded.
-    plans: BTreeMap<String, u32>,
+    plans: VecMap<String, u32>,
     /// Step key → the hash of the plan in force (a different one later breaks I7).
-    plan_keys: BTreeMap<Key, [u8; 32]>,
+    plan_keys: VecMap<Key, [u8; 32]>,
     paused_once: bool,
     pending_retry_grants: u32,
     /// Keys sent in place of this run's ledger keys (the naive policy's fresh key per attempt), forgotten with it.
@@ -216,11 +217,11 @@ impl Checker {
             }
             Event::PlanRecorded { run_id, step_id, key, plan, .. } => {
                 let run = run_state(&mut self.runs, run_id);
-                run.plans.entry(step_id.to_owned()).or_default();
+                run.plans.get_or_insert_with(step_id, str::to_owned, u32::default);
                 // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
                 // two workers may both report the plan in force, but its content must never change.
                 let hash = *blake3::hash(plan).as_bytes();
-                let first = run.plan_keys.entry(*key).or_insert(hash);
+                let first = run.plan_keys.get_or_insert_with(key, |k| *k, || hash);
                 if *first != hash {
                     self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));
                 }
@@ -236,11 +237,11 @@ impl Checker {
                 }
                 let plan_missing = plan_needed && !run.plans.contains_key(step_base(step_id));
                 let grants_available = run.pending_retry_grants;
-                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
-                    action,
-                    step_id: step_id.to_owned(),
-                    ..KeyState::default()
-                });
+                let state = run.keys.get_or_insert_with(
+                    key,
+                    |k| *k,
+                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                );
                 let mut found: Vec<(&'static str, String)> = Vec::new();
                 if state.succeeded {
                     found.push(("I5", format!("run {run_id} step {step_id}: a call was made for a succeeded key")));
@@ -299,21 +300,21 @@ impl Checker {
                 self.counters[action].lookups += 1;
                 self.lookups_total += 1;
                 let run = run_state(&mut self.runs, run_id);
-                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
-                    action,
-                    step_id: step_id.to_owned(),
-                    ..KeyState::default()
-                });
+                let state = run.keys.get_or_insert_with(
+                    key,
+                    |k| *k,
+                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                );
                 state.first_call_ms.get_or_insert(now_ms);
             }
             Event::StepSucceeded { run_id, step_id, key, action } => {
                 let action = self.action_of(action);
                 let run = run_state(&mut self.runs, run_id);
-                let state = run.keys.entry(*key).or_insert_with(|| KeyState {
-                    action,
-                    step_id: step_id.to_owned(),
-                    ..KeyState::default()
-                });
+                let state = run.keys.get_or_insert_with(
+                    key,
+                    |k| *k,
+                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                );
                 state.succeeded = true;
                 state.in_flight = None;
                 if let Some(start) = state.first_call_ms {
@@ -353,7 +354,7 @@ impl Checker {
             self.violate("I3", format!("run {}: an effect committed after the run finished", effect.run_id));
             return;
         };
-        let state = run.keys.entry(ledger_key).or_insert_with(|| KeyState { action, ..KeyState::default() });
+        let state = run.keys.get_or_insert_with(&ledger_key, |k| *k, || KeyState { action, ..KeyState::default() });
         state.effects += 1;
         push_or_start(&mut state.objects, effect.object_id);
         if state.effects == 1 {
@@ -393,7 +394,7 @@ impl Checker {
         let mut found: Vec<(&'static str, String)> = Vec::new();
         // Every object the run's writes created: a step may adopt one another step created (below).
         let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.object_ids()).collect();
-        for (key, state) in &run.keys {
+        for (key, state) in run.keys.iter() {
             self.counters[state.action].steps += 1;
             // The status and output are read in place (the ledger's lock is held meanwhile; nothing below calls the
             // ledger).

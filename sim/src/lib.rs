@@ -5,6 +5,7 @@ pub mod checker;
 pub mod profile;
 pub mod results;
 pub mod trace;
+pub mod vecmap;
 pub mod workflows;
 #[cfg(madsim)]
 pub mod world;
