@@ -415,12 +415,10 @@ impl WorkerLink {
         serve: impl for<'r> FnOnce(&'r dyn Connector, Request<'r>) -> BoxFuture<'r, T> + Send + 'static,
     ) -> T {
         let inner = self.inner.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.world.fakes_node.spawn(async move {
-            let answer = serve(inner.as_ref(), sent.request()).await;
-            let _ = tx.send(answer);
-        });
-        rx.await.expect("the fakes' node is never killed, so every request is answered")
+        // The task's own handle carries the answer (a dropped handle detaches the task, as a sender killed while
+        // waiting drops it): no channel to allocate per call.
+        let served = self.world.fakes_node.spawn(async move { serve(inner.as_ref(), sent.request()).await });
+        served.await.expect("the fakes' node is never killed, so every request is answered")
     }
 }
 
