@@ -1092,7 +1092,7 @@ async fn stall_randomly(world: Arc<Shared>) {
 }
 
 /// How many finished runs between two [`prune_dead_tasks`] (besides housekeeping's, every simulated minute).
-const PRUNE_TASKS_EVERY_RUNS: u64 = 128;
+const PRUNE_TASKS_EVERY_RUNS: u64 = 1024;
 
 /// Frees what madsim keeps of finished tasks. madsim holds a weak reference to every task spawned on a node until
 /// the node is killed or its tasks are counted, and a weak reference keeps the task's record (its `TaskInfo`, some
