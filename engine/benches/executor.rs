@@ -87,13 +87,13 @@ mod bench {
         let key = Key([1; 32]);
         let record = StepRecord {
             key,
-            run_id: "r".to_string(),
-            step_id: "s".to_string(),
-            action: "c.a".to_string(),
+            run_id: "r".into(),
+            step_id: "s".into(),
+            action: "c.a".into(),
             inputs_hash: [0; 32],
             attempt_count: 1,
             status: Status::Unknown,
-            owner: "w".to_string(),
+            owner: "w".into(),
             lease_expiry_ms: 0,
             fence: 1,
             last_attempt_ms: 0,

@@ -16,13 +16,13 @@ fn spec(class: GuaranteeClass, has_lookup: bool) -> ActionSpec {
 fn record(status: Status, attempt_count: u32, last_attempt_ms: u64, lease_expiry_ms: u64, error: &str) -> StepRecord {
     StepRecord {
         key: KEY,
-        run_id: "r".to_string(),
-        step_id: "s".to_string(),
-        action: "c.act".to_string(),
+        run_id: "r".into(),
+        step_id: "s".into(),
+        action: "c.act".into(),
         inputs_hash: [0; 32],
         attempt_count,
         status,
-        owner: "w".to_string(),
+        owner: "w".into(),
         lease_expiry_ms,
         fence: attempt_count as u64,
         last_attempt_ms,

@@ -20,6 +20,7 @@ pub mod sqlite;
 mod transition;
 
 use crate::key::Key;
+pub use compact_str::CompactString;
 
 /// The status of one key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -49,16 +50,18 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepRecord {
     pub key: Key,
-    pub run_id: String,
-    pub step_id: String,
+    /// The identifying strings are `CompactString`s: up to 24 bytes they are held inline, so making or copying a
+    /// record allocates nothing for them (a `CompactString` reads as a `&str`).
+    pub run_id: CompactString,
+    pub step_id: CompactString,
     /// `connector.action`.
-    pub action: String,
+    pub action: CompactString,
     /// blake3 of the canonical inputs, so a person can tell which inputs an attempt carried.
     pub inputs_hash: [u8; 32],
     pub attempt_count: u32,
     pub status: Status,
     /// The worker that holds (or last held) the lease.
-    pub owner: String,
+    pub owner: CompactString,
     pub lease_expiry_ms: u64,
     /// Goes up by one with every claim; writes carrying an older fence are refused.
     pub fence: u64,

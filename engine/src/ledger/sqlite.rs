@@ -70,8 +70,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result, RunRecord,
-    RunStatus, Status, StepOutcome, StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result,
+    RunRecord, RunStatus, Status, StepOutcome, StepRecord,
 };
 use crate::key::Key;
 
@@ -468,13 +468,13 @@ fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>>
     let row = stmt
         .query_row([&key.0[..]], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
+                text(r, 0)?,
+                text(r, 1)?,
+                text(r, 2)?,
                 r.get::<_, Vec<u8>>(3)?,
                 r.get::<_, i64>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, String>(6)?,
+                text(r, 5)?,
+                text(r, 6)?,
                 (r.get::<_, i64>(7)?, r.get::<_, i64>(8)?, r.get::<_, i64>(9)?),
                 r.get::<_, Option<Vec<u8>>>(10)?,
                 r.get::<_, Option<String>>(11)?,
@@ -509,6 +509,15 @@ fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>>
     Ok(Some((record, durable)))
 }
 
+/// A text column as a `CompactString`, read in place: up to 24 bytes it needs no heap block (a `String` would).
+fn text(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<CompactString> {
+    let value = row.get_ref(index)?;
+    match value.as_str() {
+        Ok(text) => Ok(CompactString::from(text)),
+        Err(e) => Err(rusqlite::Error::FromSqlConversionFailure(index, value.data_type(), Box::new(e))),
+    }
+}
+
 /// Whether a step row is new or replaces the stored one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Row {
@@ -534,13 +543,13 @@ fn store_step(conn: &Connection, record: &StepRecord, durable: bool, row: Row) -
     let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
     stmt.execute(params![
         &record.key.0[..],
-        record.run_id,
-        record.step_id,
-        record.action,
+        record.run_id.as_str(),
+        record.step_id.as_str(),
+        record.action.as_str(),
         &record.inputs_hash[..],
         record.attempt_count,
         record.status.as_str(),
-        record.owner,
+        record.owner.as_str(),
         to_sql(record.lease_expiry_ms),
         to_sql(record.fence),
         to_sql(record.last_attempt_ms),

@@ -15,7 +15,7 @@
 //!   [`Error::OutputConflict`] whatever the fence (loud, because it means two effects or a bug).
 //! - renew: only `Started`, only under the current fence.
 
-use super::{Claim, Claimed, Completion, Error, Result, Status, StepRecord};
+use super::{Claim, Claimed, CompactString, Completion, Error, Result, Status, StepRecord};
 use crate::key::Key;
 
 /// What a claim does to the stored record.
@@ -42,13 +42,13 @@ pub(crate) fn claim(current: Option<&mut StepRecord>, claim: &Claim<'_>) -> Resu
         let granted = Claimed::Granted { fence: 1, attempt: 1 };
         let record = StepRecord {
             key: claim.key,
-            run_id: claim.run_id.to_owned(),
-            step_id: claim.step_id.to_owned(),
-            action: claim.action.to_owned(),
+            run_id: claim.run_id.into(),
+            step_id: claim.step_id.into(),
+            action: claim.action.into(),
             inputs_hash: claim.inputs_hash,
             attempt_count: 1,
             status: Status::Started,
-            owner: claim.worker.to_owned(),
+            owner: claim.worker.into(),
             lease_expiry_ms: claim.now_ms.saturating_add(claim.lease_ms),
             fence: 1,
             last_attempt_ms: claim.now_ms,
@@ -87,9 +87,9 @@ pub(crate) fn claim(current: Option<&mut StepRecord>, claim: &Claim<'_>) -> Resu
     Ok(ClaimEffect::Updated(Claimed::Granted { fence, attempt }))
 }
 
-fn set_if_changed(field: &mut String, value: &str) {
+fn set_if_changed(field: &mut CompactString, value: &str) {
     if field != value {
-        value.clone_into(field);
+        *field = value.into();
     }
 }
 
