@@ -8,6 +8,7 @@
 
 use crate::webhooks::WebhookEvent;
 use engine::key::Key;
+use engine::ledger::CompactString;
 use std::sync::{Arc, Mutex};
 
 /// One committed write in an external system.
@@ -18,9 +19,10 @@ pub struct Effect {
     /// The connector's name (shared by every effect of one connector).
     pub connector: Arc<str>,
     pub action: Arc<str>,
-    pub run_id: String,
+    /// Inline up to 24 bytes (`CompactString`), as is the object id: an effect allocates nothing for either.
+    pub run_id: CompactString,
     /// The id the API gave the created object (`cus_12`, `ch_7`, ...).
-    pub object_id: String,
+    pub object_id: CompactString,
     /// When the write committed in the API (the moment the request arrived), in ms since the epoch.
     pub committed_ms: u64,
     /// When reads (the connector's lookup) can first see it; equal to `committed_ms` where reads are immediate.
@@ -41,8 +43,8 @@ impl Effect {
             key: *request.key,
             connector: connector.clone(),
             action: action.clone(),
-            run_id: request.run_id.to_string(),
-            object_id: object_id.to_string(),
+            run_id: request.run_id.into(),
+            object_id: object_id.into(),
             committed_ms,
             visible_ms,
         }

@@ -303,7 +303,7 @@ fn lookups_eventually_see_every_committed_create_and_not_before_visible() {
                 assert_eq!(early, LookupOutcome::NotFound, "{kind:?}: seen before visible_ms");
             }
             match s.lookup(effect.visible_ms, &call.request(2), &Draws::CLEAN) {
-                LookupOutcome::Found(v) => assert_eq!(v["id"], json!(effect.object_id)),
+                LookupOutcome::Found(v) => assert_eq!(v["id"], json!(effect.object_id.as_str())),
                 other => panic!("{kind:?}: not found at visible_ms: {other:?}"),
             }
         }

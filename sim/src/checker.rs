@@ -15,7 +15,7 @@ use connectors_fake::one_or_more::{OneOrMore, push_or_start};
 use engine::event::Event;
 use engine::fastmap::FastMap;
 use engine::key::Key;
-use engine::ledger::{Ledger, RunStatus, Status, StepOutcome};
+use engine::ledger::{CompactString, Ledger, RunStatus, Status, StepOutcome};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The invariants, in order.
@@ -42,7 +42,7 @@ pub struct EffectSeen<'a> {
     pub connector: &'a str,
     pub action: &'a str,
     /// Kept by the checker (the effect gives it up rather than have it copied).
-    pub object_id: String,
+    pub object_id: CompactString,
     pub committed_ms: u64,
     pub visible_ms: u64,
 }
@@ -50,10 +50,10 @@ pub struct EffectSeen<'a> {
 #[derive(Debug, Default)]
 struct KeyState {
     action: usize,
-    step_id: String,
+    step_id: CompactString,
     effects: u32,
     /// The object ids of its effects, in order (more than one only for a duplicate).
-    objects: Option<OneOrMore<String>>,
+    objects: Option<OneOrMore<CompactString>>,
     first_lag_ms: u64,
     succeeded: bool,
     /// The in-flight call: (worker, incarnation, when its lease expires at the latest).
@@ -68,7 +68,7 @@ struct KeyState {
 impl KeyState {
     /// The ids of the objects its effects created, in order.
     fn object_ids(&self) -> impl Iterator<Item = &str> {
-        self.objects.iter().flat_map(OneOrMore::iter).map(String::as_str)
+        self.objects.iter().flat_map(OneOrMore::iter).map(CompactString::as_str)
     }
 }
 
@@ -113,7 +113,7 @@ pub struct Checker {
     /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
     plan_steps: BTreeSet<String>,
     /// Looked up on every event; listed only in sorted order (`unfinished_runs`).
-    runs: FastMap<String, RunState>,
+    runs: FastMap<CompactString, RunState>,
     /// Sent key → ledger key, for calls in flight (dropped when the run finishes).
     sent_to_ledger: FastMap<Key, Key>,
     incarnations: Vec<u32>,
@@ -240,7 +240,7 @@ impl Checker {
                 let state = run.keys.get_or_insert_with(
                     key,
                     |k| *k,
-                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
                 );
                 let mut found: Vec<(&'static str, String)> = Vec::new();
                 if state.succeeded {
@@ -303,7 +303,7 @@ impl Checker {
                 let state = run.keys.get_or_insert_with(
                     key,
                     |k| *k,
-                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
                 );
                 state.first_call_ms.get_or_insert(now_ms);
             }
@@ -313,7 +313,7 @@ impl Checker {
                 let state = run.keys.get_or_insert_with(
                     key,
                     |k| *k,
-                    || KeyState { action, step_id: step_id.to_owned(), ..KeyState::default() },
+                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
                 );
                 state.succeeded = true;
                 state.in_flight = None;
@@ -473,14 +473,14 @@ impl Checker {
         run.keys
             .values()
             .find(|k| !k.succeeded && k.effects > 0)
-            .and_then(|k| k.objects.as_ref().map(|objects| objects.first().clone()))
+            .and_then(|k| k.objects.as_ref().map(|objects| objects.first().to_string()))
     }
 
     /// Up to `count` runs that have not finished, for diagnosis: the first in string order (as a `BTreeMap` lists them).
     pub fn unfinished_runs(&self, count: usize) -> Vec<String> {
-        let mut ids: Vec<&String> = self.runs.keys().collect();
+        let mut ids: Vec<&str> = self.runs.keys().map(CompactString::as_str).collect();
         ids.sort_unstable();
-        ids.into_iter().take(count).cloned().collect()
+        ids.into_iter().take(count).map(str::to_owned).collect()
     }
 
     pub fn runs_in_flight(&self) -> usize {
@@ -554,9 +554,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The run's state, created on first sight; looks up by `&str` first so the hot path allocates nothing.
-fn run_state<'a>(runs: &'a mut FastMap<String, RunState>, run_id: &str) -> &'a mut RunState {
+fn run_state<'a>(runs: &'a mut FastMap<CompactString, RunState>, run_id: &str) -> &'a mut RunState {
     if !runs.contains_key(run_id) {
-        runs.insert(run_id.to_owned(), RunState::default());
+        runs.insert(run_id.into(), RunState::default());
     }
     runs.get_mut(run_id).expect("inserted above")
 }

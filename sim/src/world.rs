@@ -20,7 +20,7 @@ use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, Policy};
 use engine::fastmap::{FastMap, FastSet};
 use engine::key::Key;
-use engine::ledger::{Intake, Ledger, Resolution, RunStatus};
+use engine::ledger::{CompactString, Intake, Ledger, Resolution, RunStatus};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -365,7 +365,8 @@ struct Sent {
     action: Arc<str>,
     inputs: Arc<serde_json::Value>,
     key: Key,
-    run_id: String,
+    /// Inline up to 24 bytes: a generated run's id costs no heap block per call.
+    run_id: CompactString,
     attempt: u32,
 }
 
@@ -379,7 +380,7 @@ impl Sent {
             action,
             inputs: request.inputs.clone(),
             key: *request.key,
-            run_id: request.run_id.to_owned(),
+            run_id: request.run_id.into(),
             attempt: request.attempt,
         }
     }
