@@ -497,7 +497,7 @@ struct Shared {
     up_since_ms: Mutex<Vec<u64>>,
     cut_until_ms: Mutex<Vec<u64>>,
     /// Live drivers of each run; a run is finished only when its last live driver ends.
-    drivers: Mutex<FastMap<String, Vec<Driver>>>,
+    drivers: Mutex<FastMap<CompactString, Vec<Driver>>>,
     /// Runs started and not yet finished, and webhook changes whose deliveries are not all done.
     runs_in_flight: AtomicU64,
     changes_in_flight: AtomicU64,
@@ -728,7 +728,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
         let mut orphans: Vec<String> = drivers
             .iter()
             .filter(|(_, ds)| ds.iter().all(|d| incarnations[d.0 as usize] != d.1))
-            .map(|(run_id, _)| run_id.clone())
+            .map(|(run_id, _)| run_id.to_string())
             .collect();
         // In run id order, whatever order the hash map holds them in.
         orphans.sort_unstable();
@@ -739,12 +739,12 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
             world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
         match run {
             Some(r) if r.status.is_terminal() || r.status == RunStatus::Paused => {
-                world.drivers.lock().expect("drivers").remove(&run_id);
+                world.drivers.lock().expect("drivers").remove(run_id.as_str());
                 world.finish_run(&run_id, r.status);
             }
             Some(_) => start_drive(&world, &engine, me, run_id, None),
             None => {
-                world.drivers.lock().expect("drivers").remove(&run_id);
+                world.drivers.lock().expect("drivers").remove(run_id.as_str());
             }
         }
     }
@@ -773,7 +773,7 @@ fn start_drive(
     }
     {
         let mut drivers = world.drivers.lock().expect("drivers");
-        let entry = drivers.entry(run_id.clone()).or_default();
+        let entry = drivers.entry(run_id.as_str().into()).or_default();
         if entry.contains(&me) {
             return;
         }
@@ -1243,7 +1243,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let stuck = monitor.lock().checker.unfinished_runs(3);
     for run_id in stuck {
         let run = world.ledger.get_run(&run_id).ok().flatten();
-        let drivers = world.drivers.lock().expect("drivers").get(&run_id).cloned().unwrap_or_default();
+        let drivers = world.drivers.lock().expect("drivers").get(run_id.as_str()).cloned().unwrap_or_default();
         let detail = match run {
             Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
             None => format!("not in the ledger; drivers {drivers:?}"),

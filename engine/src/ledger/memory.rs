@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord, RunStatus,
-    StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord,
+    RunStatus, StepRecord,
 };
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
@@ -32,10 +32,10 @@ struct Inner {
     /// Boxed: a record is ~250 bytes, and the table moves its values when it grows.
     steps: FastMap<MapKey, Box<StepRecord>>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
-    keys_by_run: FastMap<String, Vec<Key>>,
+    keys_by_run: FastMap<CompactString, Vec<Key>>,
     plans: FastMap<MapKey, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
-    plans_by_run: FastMap<String, Vec<Key>>,
+    plans_by_run: FastMap<CompactString, Vec<Key>>,
     runs: FastMap<String, RunRecord>,
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run (it sorts them).
     unfinished: FastSet<String>,
@@ -220,12 +220,12 @@ impl Inner {
     }
 }
 
-/// Adds `key` to the keys of `run_id`, allocating the run's id only for its first key.
-fn file_under_run(by_run: &mut FastMap<String, Vec<Key>>, run_id: &str, key: Key) {
+/// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key).
+fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, key: Key) {
     match by_run.get_mut(run_id) {
         Some(keys) => keys.push(key),
         None => {
-            by_run.insert(run_id.to_owned(), vec![key]);
+            by_run.insert(run_id.into(), vec![key]);
         }
     }
 }
