@@ -1096,8 +1096,8 @@ async fn stall_randomly(world: Arc<Shared>) {
 const PRUNE_TASKS_EVERY_RUNS: u64 = 1024;
 
 /// Frees what madsim keeps of finished tasks. madsim holds a weak reference to every task spawned on a node until
-/// the node is killed or its tasks are counted, and a weak reference keeps the task's record (its `TaskInfo`, some
-/// 200 bytes) allocated. Every connector call is a task on the fakes' node, which is never killed: counted once a
+/// the node is killed or its tasks are counted, and a weak reference keeps the task's record (its `TaskInfo`, 144
+/// bytes) allocated. Every connector call is a task on the fakes' node, which is never killed: counted once a
 /// simulated minute only, the dead ones were a fifth of the live heap under the default profile, spread among the
 /// live blocks where the allocator could not reuse the space. Counting draws nothing from the seeded RNG and wakes
 /// no task, so how often it happens changes nothing else.
