@@ -28,6 +28,7 @@ use crate::truth::{Effect, EffectSink};
 use crate::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
+use std::collections::hash_map::Entry;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -354,10 +355,11 @@ impl SearchIndex {
                 self.terms_by_run.insert(run_id.to_owned(), vec![term.clone()]);
             }
         }
-        match self.by_term.get_mut(&term) {
-            Some(found) => found.push(object),
-            None => {
-                self.by_term.insert(term, OneOrMore::new(object));
+        // The term is owned already, so one `entry` serves both cases with a single lookup.
+        match self.by_term.entry(term) {
+            Entry::Occupied(mut found) => found.get_mut().push(object),
+            Entry::Vacant(slot) => {
+                slot.insert(OneOrMore::new(object));
             }
         }
     }

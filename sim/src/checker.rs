@@ -237,11 +237,7 @@ impl Checker {
                 }
                 let plan_missing = plan_needed && !run.plans.contains_key(step_base(step_id));
                 let grants_available = run.pending_retry_grants;
-                let state = run.keys.get_or_insert_with(
-                    key,
-                    |k| *k,
-                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
-                );
+                let state = key_state(&mut run.keys, key, action, step_id);
                 let mut found: Vec<(&'static str, String)> = Vec::new();
                 if state.succeeded {
                     found.push(("I5", format!("run {run_id} step {step_id}: a call was made for a succeeded key")));
@@ -300,21 +296,13 @@ impl Checker {
                 self.counters[action].lookups += 1;
                 self.lookups_total += 1;
                 let run = run_state(&mut self.runs, run_id);
-                let state = run.keys.get_or_insert_with(
-                    key,
-                    |k| *k,
-                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
-                );
+                let state = key_state(&mut run.keys, key, action, step_id);
                 state.first_call_ms.get_or_insert(now_ms);
             }
             Event::StepSucceeded { run_id, step_id, key, action } => {
                 let action = self.action_of(action);
                 let run = run_state(&mut self.runs, run_id);
-                let state = run.keys.get_or_insert_with(
-                    key,
-                    |k| *k,
-                    || KeyState { action, step_id: step_id.into(), ..KeyState::default() },
-                );
+                let state = key_state(&mut run.keys, key, action, step_id);
                 state.succeeded = true;
                 state.in_flight = None;
                 if let Some(start) = state.first_call_ms {
@@ -551,6 +539,12 @@ fn step_base(step_id: &str) -> &str {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     memchr::memmem::find(haystack, needle).is_some()
+}
+
+/// The state of a run's `key` (an engine event's key, of `action` in step `step_id`), created on first sight. Takes
+/// the run's key map, not the run, so the caller can still change the run's other fields meanwhile.
+fn key_state<'a>(keys: &'a mut VecMap<Key, KeyState>, key: &Key, action: usize, step_id: &str) -> &'a mut KeyState {
+    keys.get_or_insert_with(key, |k| *k, || KeyState { action, step_id: step_id.into(), ..KeyState::default() })
 }
 
 /// The run's state, created on first sight; looks up by `&str` first so the hot path allocates nothing.
