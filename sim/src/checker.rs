@@ -75,8 +75,8 @@ impl KeyState {
 #[derive(Debug, Default)]
 struct RunState {
     keys: VecMap<Key, KeyState>,
-    /// Steps whose plan is recorded: (step id) → the number of times a *new* plan was recorded.
-    plans: VecMap<String, u32>,
+    /// Steps whose plan is recorded (step ids; a set, as a map to nothing).
+    plans: VecMap<CompactString, ()>,
     /// Step key → the hash of the plan in force (a different one later breaks I7).
     plan_keys: VecMap<Key, [u8; 32]>,
     paused_once: bool,
@@ -217,7 +217,7 @@ impl Checker {
             }
             Event::PlanRecorded { run_id, step_id, key, plan, .. } => {
                 let run = run_state(&mut self.runs, run_id);
-                run.plans.get_or_insert_with(step_id, str::to_owned, u32::default);
+                run.plans.get_or_insert_with(step_id, |s: &str| CompactString::from(s), || ());
                 // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
                 // two workers may both report the plan in force, but its content must never change.
                 let hash = *blake3::hash(plan).as_bytes();
