@@ -81,10 +81,10 @@ impl Api for AtMostOnce {
         ]));
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
-            source: self.name.to_string(),
+            source: self.name.clone(),
             event_id: numbered("evt_", self.next_id),
             object_id: id,
-            event_type: self.event_type.into(),
+            event_type: self.event_type,
             payload: record.clone(),
         };
         Handled { outcome: Outcome::Applied(record), effect: Some(effect), event: Some(event) }

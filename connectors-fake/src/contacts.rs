@@ -106,10 +106,10 @@ impl Api for Contacts {
         self.by_email.insert(request.run_id, email.into_owned(), Indexed { visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
-            source: self.name.to_string(),
+            source: self.name.clone(),
             event_id: numbered("evt_", self.next_id),
             object_id: id,
-            event_type: "contact.creation".into(),
+            event_type: "contact.creation",
             payload: record.clone(),
         };
         Handled { outcome: Outcome::Applied(record.clone()), effect: Some(effect), event: Some(event) }

@@ -90,10 +90,10 @@ impl Api for Ledgerly {
         self.by_external_ref.insert(request.run_id, external_ref, indexed);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
-            source: self.name.to_string(),
+            source: self.name.clone(),
             event_id: numbered("evt_", self.next_id),
             object_id: id,
-            event_type: "entry.created".into(),
+            event_type: "entry.created",
             payload: record.clone(),
         };
         Handled { outcome: Outcome::Applied(record.clone()), effect: Some(effect), event: Some(event) }

@@ -227,10 +227,10 @@ impl Payments {
         run.objects.push(shared_id);
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
-            source: self.name.to_string(),
+            source: self.name.clone(),
             event_id: numbered("evt_", self.next_id),
             object_id,
-            event_type: event_type.to_string(),
+            event_type,
             payload: record,
         };
         Handled { outcome, effect: Some(effect), event: Some(event) }

@@ -11,22 +11,25 @@
 
 use crate::profile::WebhookProfile;
 use crate::rng::Rng;
+use engine::ledger::CompactString;
+use std::sync::Arc;
 
 /// Every schedule has at most this many deliveries of one event object (attempts while failing, plus duplicates):
 /// a bound on the loop; the 3-day horizon is reached well before it with the default backoff.
 pub const DELIVERY_ATTEMPT_COUNT_MAX: u32 = 64;
 
-/// One change in a fake API, as its webhook announces it.
+/// One change in a fake API, as its webhook announces it. Nothing in it is copied per event or per delivery: the
+/// source is the connector's shared name, the ids are held inline, the type is a constant and the payload is shared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WebhookEvent {
     /// The sending connector's name (the dedup namespace: the engine deduplicates by (source, event id)).
-    pub source: String,
-    pub event_id: String,
-    pub object_id: String,
+    pub source: Arc<str>,
+    pub event_id: CompactString,
+    pub object_id: CompactString,
     /// `customer.created`, `charge.succeeded`, ...
-    pub event_type: String,
+    pub event_type: &'static str,
     /// Shared: the fake keeps the same record, and every delivery of the event carries it.
-    pub payload: std::sync::Arc<serde_json::Value>,
+    pub payload: Arc<serde_json::Value>,
 }
 
 /// One delivery attempt of an event.
@@ -35,7 +38,7 @@ pub struct Delivery {
     /// After the change, in ms.
     pub offset_ms: u64,
     /// The event id this delivery carries: the event's own, or the twin's (a second distinct event object).
-    pub event_id: String,
+    pub event_id: CompactString,
     /// Counts from 1 per event object; a duplicate repeats the attempt number it duplicates.
     pub attempt: u32,
     /// The modelled receiver fails this attempt (the sender will redeliver, if within the horizon).
@@ -77,7 +80,8 @@ pub fn delivery_schedule(event: &WebhookEvent, profile: &WebhookProfile, rng: &m
     let mut deliveries = Vec::with_capacity(2);
     schedule_object(&event.event_id, profile, rng, &mut deliveries);
     if rng.chance(profile.twin_event_p) {
-        let twin_id = format!("{}_twin", event.event_id);
+        let mut twin_id = event.event_id.clone();
+        twin_id.push_str("_twin");
         schedule_object(&twin_id, profile, rng, &mut deliveries);
     }
     deliveries.sort_by_key(|d| d.offset_ms);
@@ -91,18 +95,12 @@ fn schedule_object(event_id: &str, profile: &WebhookProfile, rng: &mut Rng, out:
     // Bounded by DELIVERY_ATTEMPT_COUNT_MAX through `redelivery_offset_ms`.
     loop {
         let fails = rng.chance(profile.receiver_failure_p);
-        out.push(Delivery {
-            offset_ms,
-            event_id: event_id.to_string(),
-            attempt,
-            receiver_fails: fails,
-            duplicate: false,
-        });
+        out.push(Delivery { offset_ms, event_id: event_id.into(), attempt, receiver_fails: fails, duplicate: false });
         if !fails {
             if rng.chance(profile.duplicate_p) {
                 out.push(Delivery {
                     offset_ms: offset_ms + profile.duplicate_spacing_ms,
-                    event_id: event_id.to_string(),
+                    event_id: event_id.into(),
                     attempt,
                     receiver_fails: false,
                     duplicate: true,
@@ -131,8 +129,8 @@ mod tests {
             source: "payments".into(),
             event_id: "evt_1".into(),
             object_id: "cus_1".into(),
-            event_type: "customer.created".into(),
-            payload: std::sync::Arc::new(serde_json::json!({"id": "cus_1"})),
+            event_type: "customer.created",
+            payload: Arc::new(serde_json::json!({"id": "cus_1"})),
         }
     }
 

@@ -419,7 +419,7 @@ fn webhook_event_per_change() {
         assert_eq!(events.len(), 3, "{kind:?}");
         let ids: std::collections::BTreeSet<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
         assert_eq!(ids.len(), 3, "{kind:?}: distinct event ids");
-        assert!(events.iter().all(|e| e.source == s.name()));
+        assert!(events.iter().all(|e| &*e.source == s.name()));
     }
 }
 

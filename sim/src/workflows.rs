@@ -259,11 +259,11 @@ pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Value {
         ("email", {
             let mut email = numbered("user", index);
             email.push_str("@example.com");
-            email.into()
+            email.into_string().into()
         }),
-        ("name", numbered("User ", index).into()),
+        ("name", numbered("User ", index).into_string().into()),
         ("amount", amount.into()),
-        ("ticket", numbered("ticket-", rng.range(0, 1_000_000)).into()),
+        ("ticket", numbered("ticket-", rng.range(0, 1_000_000)).into_string().into()),
         ("requested_at", index.into()),
         ("workflow", workflow.into()),
     ])

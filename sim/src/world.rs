@@ -508,7 +508,7 @@ struct Shared {
     engine_errors: Mutex<Vec<String>>,
     /// The node that performs restarts and other supervisor work.
     supervisor: Mutex<Option<madsim::runtime::NodeHandle>>,
-    webhook_starts: Mutex<FastMap<String, ChangeDeliveries>>,
+    webhook_starts: Mutex<FastMap<CompactString, ChangeDeliveries>>,
     /// The front door engine (set once the world is built).
     api: Mutex<Option<Arc<Engine>>>,
     /// The node the fake APIs serve requests on: never paused, never killed.
@@ -521,7 +521,7 @@ struct Shared {
 #[derive(Debug, Default)]
 struct ChangeDeliveries {
     deliveries_left: u32,
-    started: BTreeMap<String, u32>,
+    started: BTreeMap<CompactString, u32>,
 }
 
 impl Shared {
@@ -879,10 +879,10 @@ fn start_change(
     rng: &mut Rng,
 ) {
     let event = WebhookEvent {
-        source: WEBHOOK_SOURCE.to_owned(),
+        source: WEBHOOK_SOURCE.into(),
         event_id: numbered("evt_", index),
         object_id: numbered("obj_", index),
-        event_type: "customer.updated".to_owned(),
+        event_type: "customer.updated",
         payload: Arc::new(trigger),
     };
     let profile = world.fakes.webhook_profile(WEBHOOK_SOURCE);
@@ -892,7 +892,7 @@ fn start_change(
     if forged {
         schedule.push(connectors_fake::webhooks::Delivery {
             offset_ms: rng.range(0, 5_000),
-            event_id: format!("evt_{index}_forged"),
+            event_id: format!("evt_{index}_forged").into(),
             attempt: 1,
             receiver_fails: false,
             duplicate: false,
@@ -931,12 +931,12 @@ fn deliver(
         let body = serde_json::to_vec(&*event.payload).expect("a JSON value serialises");
         let secret: &[u8] = if forged { b"not-the-secret" } else { WEBHOOK_SECRET };
         let incoming = engine::webhook::Incoming {
-            event_id: delivery.event_id.clone(),
+            event_id: delivery.event_id.to_string(),
             signature: Some(engine::webhook::sign(secret, now, &body)),
             body,
             timestamp_ms: now,
-            object_id: Some(event.object_id.clone()),
-            event_type: Some(event.event_type.clone()),
+            object_id: Some(event.object_id.to_string()),
+            event_type: Some(event.event_type.to_owned()),
         };
         world
             .monitor
