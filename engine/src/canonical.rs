@@ -118,6 +118,68 @@ pub fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Error> {
     Ok(out)
 }
 
+/// Appends the canonical form of `value` without the members that `volatile_paths` name: the same bytes as
+/// [`write_value`] of [`crate::key::without_volatile`]`(value, volatile_paths)` (the path rule is documented there),
+/// written without copying the value to remove them. Allocates only where a path goes deeper than one member.
+pub fn write_value_without(
+    value: &serde_json::Value,
+    volatile_paths: &[String],
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    write_without_at(value, volatile_paths, out, 0)
+}
+
+/// [`write_value_without`] into a new buffer.
+pub fn to_vec_without(value: &serde_json::Value, volatile_paths: &[String]) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(128);
+    write_value_without(value, volatile_paths, &mut out)?;
+    Ok(out)
+}
+
+/// `paths` are what is left of the volatile paths at this level (each `name` or `name.rest`).
+fn write_without_at<P: AsRef<str>>(
+    value: &serde_json::Value,
+    paths: &[P],
+    out: &mut Vec<u8>,
+    depth: usize,
+) -> Result<(), Error> {
+    let serde_json::Value::Object(map) = value else {
+        // Only objects are walked: a path through anything else removes nothing.
+        return write_value_at(value, out, depth);
+    };
+    if paths.is_empty() {
+        return write_value_at(value, out, depth);
+    }
+    if depth >= DEPTH_MAX {
+        return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
+    }
+    out.push(b'{');
+    let mut written = 0;
+    for_each_member(map, |name, item| {
+        let mut removed = false;
+        let mut deeper: Vec<&str> = Vec::new();
+        for path in paths {
+            match path.as_ref().split_once('.') {
+                None => removed |= path.as_ref() == name,
+                Some((first, rest)) if first == name => deeper.push(rest),
+                Some(_) => {}
+            }
+        }
+        if removed {
+            return Ok(());
+        }
+        if written > 0 {
+            out.push(b',');
+        }
+        written += 1;
+        write_string(name, out);
+        out.push(b':');
+        write_without_at(item, &deeper, out, depth + 1)
+    })?;
+    out.push(b'}');
+    Ok(())
+}
+
 /// Orders two strings by their UTF-16 code units, as RFC 8785 sorts object member names.
 ///
 /// UTF-8 byte order is code point order, and UTF-16 code unit order differs from it only where a character in
@@ -322,49 +384,52 @@ fn write_value_at(value: &serde_json::Value, out: &mut Vec<u8>, depth: usize) ->
                 return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
             }
             out.push(b'{');
-            // The common case (default serde_json, names without characters above U+FFFF) is already in UTF-16
-            // order; check that before paying for a sort. A map cannot hold duplicate names.
-            let mut names = map.keys();
-            let mut sorted = true;
-            if let Some(mut previous) = names.next() {
-                for name in names {
-                    if cmp_utf16(previous, name) != Ordering::Less {
-                        sorted = false;
-                        break;
-                    }
-                    previous = name;
+            let mut written = 0;
+            for_each_member(map, |name, item| {
+                if written > 0 {
+                    out.push(b',');
                 }
-            }
-            if sorted {
-                for (i, (name, item)) in map.iter().enumerate() {
-                    write_member(i, name, item, out, depth)?;
-                }
-            } else {
-                let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                members.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
-                for (i, (name, item)) in members.into_iter().enumerate() {
-                    write_member(i, name, item, out, depth)?;
-                }
-            }
+                written += 1;
+                write_string(name, out);
+                out.push(b':');
+                write_value_at(item, out, depth + 1)
+            })?;
             out.push(b'}');
         }
     }
     Ok(())
 }
 
-fn write_member(
-    index: usize,
-    name: &str,
-    item: &serde_json::Value,
-    out: &mut Vec<u8>,
-    depth: usize,
+/// Calls `f` on each member of `map` in RFC 8785 order (names by UTF-16 code units).
+fn for_each_member<'m>(
+    map: &'m serde_json::Map<String, serde_json::Value>,
+    mut f: impl FnMut(&'m str, &'m serde_json::Value) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    if index > 0 {
-        out.push(b',');
+    // The common case (default serde_json, names without characters above U+FFFF) is already in UTF-16 order; check
+    // that before paying for a sort. A map cannot hold duplicate names.
+    let mut names = map.keys();
+    let mut sorted = true;
+    if let Some(mut previous) = names.next() {
+        for name in names {
+            if cmp_utf16(previous, name) != Ordering::Less {
+                sorted = false;
+                break;
+            }
+            previous = name;
+        }
     }
-    write_string(name, out);
-    out.push(b':');
-    write_value_at(item, out, depth + 1)
+    if sorted {
+        for (name, item) in map {
+            f(name, item)?;
+        }
+    } else {
+        let mut members: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+        members.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
+        for (name, item) in members {
+            f(name, item)?;
+        }
+    }
+    Ok(())
 }
 
 /// A strict JSON (RFC 8259) parser that writes the canonical form as it goes.

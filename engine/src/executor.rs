@@ -683,11 +683,10 @@ impl Engine {
         outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
-        let (key, inputs_hash) =
-            match key::step_key_and_inputs_hash(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
-                Ok(keyed) => keyed,
-                Err(e) => return Ok(self.unkeyable(&step.id, &e)),
-            };
+        let (key, inputs_hash) = match key::step_key_and_inputs_hash(run_id, &step.id, &inputs, &step.volatile) {
+            Ok(keyed) => keyed,
+            Err(e) => return Ok(self.unkeyable(&step.id, &e)),
+        };
         let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash };
         self.run_key(&job).await
     }
@@ -758,7 +757,7 @@ impl Engine {
         outputs: &[Arc<Value>],
     ) -> Result<KeyEnd, Error> {
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
-        let step_key = match key::step_key(run_id, &step.id, &key::without_volatile(&inputs, &step.volatile)) {
+        let step_key = match key::step_key_without(run_id, &step.id, &inputs, &step.volatile) {
             Ok(k) => k,
             Err(e) => return Ok(self.unkeyable(&step.id, &e)),
         };
@@ -828,8 +827,8 @@ impl Engine {
         for (index, write) in writes.into_iter().enumerate() {
             let bound =
                 self.actions.get(&write.action).ok_or_else(|| corrupt(&format!("unknown action {}", write.action)))?;
-            let canonical = canonical::to_vec(&key::without_volatile(&write.inputs, &step.volatile))
-                .map_err(|e| corrupt(&e.to_string()))?;
+            let canonical =
+                canonical::to_vec_without(&write.inputs, &step.volatile).map_err(|e| corrupt(&e.to_string()))?;
             let key = key::write_key_canonical(&step_key, index as u32, &canonical);
             let job = KeyJob {
                 run_id,

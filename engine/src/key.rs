@@ -65,18 +65,30 @@ pub const WRITE_DOMAIN_TAG: &[u8] = b"flow/write-key/v1";
 /// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
 /// measured slower. The canonical inputs are written straight after the header and their length patched in after.
 pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
-    let (buf, _) = step_key_encoding(run_id, step_id, inputs)?;
+    step_key_without(run_id, step_id, inputs, &[])
+}
+
+/// [`step_key`] of `inputs` without the members `volatile_paths` name: the key of
+/// [`without_volatile`]`(inputs, volatile_paths)`, written without copying the inputs.
+pub fn step_key_without(
+    run_id: &str,
+    step_id: &str,
+    inputs: &serde_json::Value,
+    volatile_paths: &[String],
+) -> Result<Key, crate::canonical::Error> {
+    let (buf, _) = step_key_encoding(run_id, step_id, inputs, volatile_paths)?;
     Ok(Key(*blake3::hash(&buf).as_bytes()))
 }
 
-/// [`step_key`], and blake3 of the canonical inputs (what the ledger records as `inputs_hash`), from one canonical
-/// write: the inputs' canonical bytes are the tail of the key's encoding.
+/// [`step_key_without`], and blake3 of the canonical inputs it keys (what the ledger records as `inputs_hash`), from
+/// one canonical write: the inputs' canonical bytes are the tail of the key's encoding.
 pub fn step_key_and_inputs_hash(
     run_id: &str,
     step_id: &str,
     inputs: &serde_json::Value,
+    volatile_paths: &[String],
 ) -> Result<(Key, [u8; 32]), crate::canonical::Error> {
-    let (buf, inputs_at) = step_key_encoding(run_id, step_id, inputs)?;
+    let (buf, inputs_at) = step_key_encoding(run_id, step_id, inputs, volatile_paths)?;
     Ok((Key(*blake3::hash(&buf).as_bytes()), *blake3::hash(&buf[inputs_at..]).as_bytes()))
 }
 
@@ -85,12 +97,13 @@ fn step_key_encoding(
     run_id: &str,
     step_id: &str,
     inputs: &serde_json::Value,
+    volatile_paths: &[String],
 ) -> Result<(Vec<u8>, usize), crate::canonical::Error> {
     let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + 192);
     write_header(&mut buf, run_id, step_id);
     let length_at = buf.len();
     buf.extend_from_slice(&[0; 8]);
-    crate::canonical::write_value(inputs, &mut buf)?;
+    crate::canonical::write_value_without(inputs, volatile_paths, &mut buf)?;
     let inputs_len = (buf.len() - length_at - 8) as u64;
     buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
     Ok((buf, length_at + 8))

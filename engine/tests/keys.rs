@@ -2,10 +2,10 @@
 //! order, whitespace, number spelling, escapes), sensitivity to any change of run, step or value, and the volatile
 //! path rule.
 
-use engine::canonical::canonicalize_bytes;
+use engine::canonical::{canonicalize_bytes, to_vec, to_vec_without};
 use engine::key::{
-    Key, STEP_DOMAIN_TAG, WRITE_DOMAIN_TAG, step_key, step_key_and_inputs_hash, step_key_canonical, without_volatile,
-    write_key, write_key_canonical,
+    Key, STEP_DOMAIN_TAG, WRITE_DOMAIN_TAG, step_key, step_key_and_inputs_hash, step_key_canonical, step_key_without,
+    without_volatile, write_key, write_key_canonical,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ fn step_key_encoding_is_pinned() {
     assert_eq!(step_key("run-1", "charge", &inputs).unwrap(), expected);
     assert_eq!(step_key_canonical("run-1", "charge", canonical), expected);
     let inputs_hash = *blake3::hash(canonical).as_bytes();
-    assert_eq!(step_key_and_inputs_hash("run-1", "charge", &inputs).unwrap(), (expected, inputs_hash));
+    assert_eq!(step_key_and_inputs_hash("run-1", "charge", &inputs, &[]).unwrap(), (expected, inputs_hash));
     // A golden value: changing the tag or the layout changes every key in every ledger, so it must be deliberate.
     assert_eq!(expected.to_hex(), "6da9c3172c50803e5ac5f2995042dbe3eb916e56e882be207b8fd2787ca9977a");
 }
@@ -166,6 +166,10 @@ fn volatile_paths() {
         let key_a = step_key("run", "step", &without_volatile(&a, &volatile)).unwrap();
         let key_b = step_key("run", "step", &without_volatile(&b, &volatile)).unwrap();
         assert_eq!(key_a == key_b, same, "{a} vs {b} with volatile {volatile:?}");
+        // The engine keys without copying the inputs: the same key.
+        assert_eq!(step_key_without("run", "step", &a, &volatile).unwrap(), key_a, "{a} with volatile {volatile:?}");
+        let (key, _) = step_key_and_inputs_hash("run", "step", &b, &volatile).unwrap();
+        assert_eq!(key, key_b, "{b} with volatile {volatile:?}");
     }
     // Without the volatile list, a refreshed timestamp is a new key.
     let a = json!({"amount": 1, "sent_at": "10:00"});
@@ -194,6 +198,19 @@ fn value_strategy() -> impl Strategy<Value = Value> {
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+/// Objects nested up to four deep whose member names are `a`, `b`, `aa`, ..., so that volatile paths over the same
+/// names reach members at every depth.
+fn narrow_value_strategy() -> impl Strategy<Value = Value> {
+    let object = |inner| proptest::collection::btree_map("[ab]{1,2}", inner, 1..4);
+    let value = leaf().prop_recursive(4, 48, 4, move |inner| {
+        prop_oneof![
+            1 => proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            3 => object(inner).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    object(value.boxed()).prop_map(|m| Value::Object(m.into_iter().collect()))
 }
 
 /// Replaces the first leaf (in document order) of `value` with a different leaf; false if there is no leaf.
@@ -225,6 +242,17 @@ proptest! {
         let key = step_key(&run, &step, &value).unwrap();
         prop_assert_eq!(key_of_text(&run, &step, &compact), key);
         prop_assert_eq!(key_of_text(&run, &step, &pretty), key);
+    }
+
+    /// Writing the canonical form without the volatile members gives the bytes of the copy with them removed, for
+    /// any value and any paths (names drawn from the values' own alphabet, so paths often hit, at any depth).
+    #[test]
+    fn without_volatile_written_in_place_matches_the_copy(
+        value in prop_oneof![value_strategy(), narrow_value_strategy()],
+        volatile in proptest::collection::vec("[ab]{0,2}(\\.[ab]{0,2}){0,3}", 0..4),
+    ) {
+        let expected = to_vec(&without_volatile(&value, &volatile)).unwrap();
+        prop_assert_eq!(to_vec_without(&value, &volatile).unwrap(), expected, "{} without {:?}", value, volatile);
     }
 
     /// Any change of run, step or one value changes the key.
