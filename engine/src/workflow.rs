@@ -325,7 +325,13 @@ pub fn render(template: &Template, trigger: &Value, outputs: &[Arc<Value>]) -> V
         }
         Template::Array(items) => Value::Array(items.iter().map(|t| render(t, trigger, outputs)).collect()),
         Template::Object(members) => {
-            Value::Object(members.iter().map(|(k, t)| (k.clone(), render(t, trigger, outputs))).collect())
+            // Inserted one by one: collecting into a map first gathers the members in a `Vec` to sort them, one
+            // more heap block per rendered object, and the members are few.
+            let mut map = serde_json::Map::new();
+            for (name, template) in members {
+                map.insert(name.clone(), render(template, trigger, outputs));
+            }
+            Value::Object(map)
         }
     }
 }
