@@ -111,9 +111,13 @@ pub fn write_value(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), E
     write_value_at(value, out, 0)
 }
 
+/// Room a new buffer starts with: a step's inputs, outputs and triggers are mostly 100 to 250 bytes, and a buffer that
+/// starts smaller is reallocated while it is written.
+const BUFFER_CAPACITY: usize = 256;
+
 /// The canonical form of `value` as a new buffer.
 pub fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::with_capacity(128);
+    let mut out = Vec::with_capacity(BUFFER_CAPACITY);
     write_value(value, &mut out)?;
     Ok(out)
 }
@@ -131,7 +135,7 @@ pub fn write_value_without(
 
 /// [`write_value_without`] into a new buffer.
 pub fn to_vec_without(value: &serde_json::Value, volatile_paths: &[String]) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::with_capacity(128);
+    let mut out = Vec::with_capacity(BUFFER_CAPACITY);
     write_value_without(value, volatile_paths, &mut out)?;
     Ok(out)
 }

@@ -214,21 +214,29 @@ impl Inner {
         if let Some(existing) = self.plans.get(&map_key(key)) {
             return existing.plan.clone();
         }
-        file_under_run(&mut self.plans_by_run, run_id, *key);
+        file_under_run(&mut self.plans_by_run, run_id, *key, 1);
         self.plans.insert(map_key(key), Plan { plan: plan.to_vec() });
         plan.to_vec()
     }
 }
 
-/// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key).
-fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, key: Key) {
+/// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key), in a list
+/// with room for `capacity` keys when it is new.
+fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, key: Key, capacity: usize) {
     match by_run.get_mut(run_id) {
         Some(keys) => keys.push(key),
         None => {
-            by_run.insert(run_id.into(), vec![key]);
+            let mut keys = Vec::with_capacity(capacity);
+            keys.push(key);
+            by_run.insert(run_id.into(), keys);
         }
     }
 }
+
+/// A run's list of keys starts with room for this many: a run has a few keys, and a list made for one would be
+/// reallocated at the second (a `Vec` grows from one straight to four). Its plans start with room for one: most runs
+/// record one plan or none.
+const RUN_KEYS_CAPACITY: usize = 4;
 
 /// The ids of a set, sorted (the listings promise id order).
 fn sorted(ids: &FastSet<String>) -> Vec<String> {
@@ -251,7 +259,7 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         match transition::claim(inner.steps.get_mut(&map_key(&claim.key)).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
-                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key);
+                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, RUN_KEYS_CAPACITY);
                 inner.steps.insert(map_key(&claim.key), Box::new(record));
                 Ok(granted)
             }
