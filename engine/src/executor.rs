@@ -216,6 +216,30 @@ struct KeyJob<'a> {
     inputs_hash: [u8; 32],
 }
 
+/// What one decision of [`Engine::run_key`]'s loop leaves to do once the key's record is dropped.
+enum Next {
+    /// Wait this long, then read and decide again.
+    Sleep(u64),
+    /// Read and decide again now.
+    Again,
+    /// The key is claimed: make the attempt.
+    Attempt(Attempting),
+}
+
+/// A claimed attempt, with what it needs of the record it was decided on.
+struct Attempting {
+    fence: u64,
+    attempt: u32,
+    claim_ms: u64,
+    lookup_first: bool,
+    /// An earlier attempt under this key may have applied: a definite failure now leaves the step unknown.
+    earlier_maybe_applied: bool,
+    /// Every earlier attempt definitely did not apply (or there was none).
+    prior_definite: bool,
+    /// The error the record holds, kept for a failed lookup's report.
+    prior_error: Option<String>,
+}
+
 /// The workflow engine. Share it as `Arc<Engine>`; every method takes `&self`.
 pub struct Engine {
     config: EngineConfig,
@@ -866,216 +890,251 @@ impl Engine {
         let mut person_retry_at_ms = 0;
         let mut resolution_used = false;
         for _ in 0..self.config.decision_count_max {
-            let record = self.ledger.get(&key)?;
-            let now_ms = self.clock.now_ms();
-            let first_attempt_ms = match &record {
-                Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
-                    self.first_attempt_ms(&key)?
-                }
-                _ => None,
-            };
-            let decision = decide::decide(&Input {
-                spec,
-                policy: self.config.policy,
-                retry: &self.config.retry,
-                seed: self.config.seed,
-                key: &key,
-                record: record.as_ref(),
-                last,
-                first_attempt_ms,
-                now_ms,
-                person_retry,
-            });
-            match decision {
-                Decision::Replay => {
-                    let record = record.expect("replay decided on a record");
-                    let bytes = record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
-                    let output: Value = serde_json::from_slice(bytes)
-                        .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
-                    self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
-                    return Ok(KeyEnd::Done(Arc::new(output)));
-                }
-                Decision::WaitUntil { until_ms } => sleep_ms(until_ms.saturating_sub(now_ms)).await,
-                Decision::Backoff { delay_ms } => {
-                    let attempt = record.as_ref().map_or(1, |r| r.attempt_count + 1);
-                    self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
-                    sleep_ms(delay_ms).await;
-                }
-                Decision::Pause(reason) => {
-                    let pending = match &record {
-                        Some(r) if !resolution_used => self.pending_resolution(run_id, &key, r)?,
-                        _ => None,
-                    };
-                    let Some(resolution) = pending else {
-                        return Ok(KeyEnd::Paused { reason: format!("{reason} [key {key}]"), key });
-                    };
-                    resolution_used = true;
-                    self.observer.event(&Event::RunResolved {
-                        run_id,
-                        key: &key,
-                        resolution: resolution_name(&resolution.resolution),
-                    });
-                    match resolution.resolution {
-                        Resolution::Abort => {
-                            return Ok(KeyEnd::Failed { reason: format!("aborted by {}", resolution.by) });
-                        }
-                        Resolution::Retry => {
-                            person_retry = true;
-                            person_retry_at_ms = resolution.at_ms;
-                        }
-                        Resolution::MarkDone { output } => {
-                            let bytes = canonical::to_vec(&output).map_err(Error::Trigger)?;
-                            let fence = record.as_ref().map_or(0, |r| r.fence);
-                            match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
-                                Claimed::Granted { fence, .. } => {
-                                    let done = Completion::Succeeded { output: bytes };
-                                    if self.complete_or_lost(&key, fence, &done, now_ms)? {
-                                        self.observer.event(&Event::StepSucceeded {
-                                            run_id,
-                                            step_id,
-                                            key: &key,
-                                            action: &bound.full,
-                                        });
-                                        return Ok(KeyEnd::Done(Arc::new(output)));
+            // The record is read and decided on inside this block and dropped at its end, before any await of the
+            // loop: so it (240 bytes) is not part of this future's state, which is inside every drive's.
+            let next = {
+                let record = self.ledger.get(&key)?;
+                let now_ms = self.clock.now_ms();
+                let first_attempt_ms = match &record {
+                    Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
+                        self.first_attempt_ms(&key)?
+                    }
+                    _ => None,
+                };
+                let decision = decide::decide(&Input {
+                    spec,
+                    policy: self.config.policy,
+                    retry: &self.config.retry,
+                    seed: self.config.seed,
+                    key: &key,
+                    record: record.as_ref(),
+                    last,
+                    first_attempt_ms,
+                    now_ms,
+                    person_retry,
+                });
+                match decision {
+                    Decision::Replay => {
+                        let record = record.expect("replay decided on a record");
+                        let bytes =
+                            record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
+                        let output: Value = serde_json::from_slice(bytes)
+                            .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
+                        self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
+                        return Ok(KeyEnd::Done(Arc::new(output)));
+                    }
+                    Decision::WaitUntil { until_ms } => Next::Sleep(until_ms.saturating_sub(now_ms)),
+                    Decision::Backoff { delay_ms } => {
+                        let attempt = record.as_ref().map_or(1, |r| r.attempt_count + 1);
+                        self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
+                        Next::Sleep(delay_ms)
+                    }
+                    Decision::Pause(reason) => {
+                        let pending = match &record {
+                            Some(r) if !resolution_used => self.pending_resolution(run_id, &key, r)?,
+                            _ => None,
+                        };
+                        let Some(resolution) = pending else {
+                            return Ok(KeyEnd::Paused { reason: format!("{reason} [key {key}]"), key });
+                        };
+                        resolution_used = true;
+                        self.observer.event(&Event::RunResolved {
+                            run_id,
+                            key: &key,
+                            resolution: resolution_name(&resolution.resolution),
+                        });
+                        match resolution.resolution {
+                            Resolution::Abort => {
+                                return Ok(KeyEnd::Failed { reason: format!("aborted by {}", resolution.by) });
+                            }
+                            Resolution::Retry => {
+                                person_retry = true;
+                                person_retry_at_ms = resolution.at_ms;
+                            }
+                            Resolution::MarkDone { output } => {
+                                let bytes = canonical::to_vec(&output).map_err(Error::Trigger)?;
+                                let fence = record.as_ref().map_or(0, |r| r.fence);
+                                match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
+                                    Claimed::Granted { fence, .. } => {
+                                        let done = Completion::Succeeded { output: bytes };
+                                        if self.complete_or_lost(&key, fence, &done, now_ms)? {
+                                            self.observer.event(&Event::StepSucceeded {
+                                                run_id,
+                                                step_id,
+                                                key: &key,
+                                                action: &bound.full,
+                                            });
+                                            return Ok(KeyEnd::Done(Arc::new(output)));
+                                        }
                                     }
+                                    // The record moved: read again; the resolution still applies.
+                                    Claimed::Conflict(_) => resolution_used = false,
                                 }
-                                // The record moved: read again; the resolution still applies.
-                                Claimed::Conflict(_) => resolution_used = false,
                             }
                         }
+                        Next::Again
+                    }
+                    Decision::Fail(reason) => return Ok(KeyEnd::Failed { reason }),
+                    Decision::Attempt { expected_fence, lookup_first } => {
+                        if keyed_rules
+                            && let Some(r) = &record
+                            && r.attempt_count == 1
+                        {
+                            // The first retry: remember when the key was first sent (write-once), for the retention
+                            // rule.
+                            self.ledger.record_plan(
+                                run_id,
+                                &first_attempt_marker(&key),
+                                r.last_attempt_ms.to_string().as_bytes(),
+                                now_ms,
+                            )?;
+                        }
+                        let claim_ms = if person_retry { now_ms.max(person_retry_at_ms + 1) } else { now_ms };
+                        let (fence, attempt) = match self.ledger.claim(&self.claim(
+                            job,
+                            expected_fence,
+                            durable || person_retry,
+                            claim_ms,
+                        ))? {
+                            Claimed::Granted { fence, attempt } => (fence, attempt),
+                            // The record changed since it was read (another worker): read again and decide again.
+                            Claimed::Conflict(_) => continue,
+                        };
+                        person_retry = false;
+                        // Did an earlier attempt under this key maybe apply? Then a definite failure now does not make
+                        // the step definitely failed: "failed" needs every attempt to have definitely not applied. A
+                        // lookup that finds nothing past the lag bound settles the question.
+                        Next::Attempt(Attempting {
+                            fence,
+                            attempt,
+                            claim_ms,
+                            lookup_first,
+                            earlier_maybe_applied: record
+                                .as_ref()
+                                .is_some_and(|r| matches!(r.status, Status::Unknown | Status::Started)),
+                            prior_definite: record.as_ref().is_none_or(|r| r.status == Status::Failed),
+                            prior_error: record.and_then(|r| r.error),
+                        })
                     }
                 }
-                Decision::Fail(reason) => return Ok(KeyEnd::Failed { reason }),
-                Decision::Attempt { expected_fence, lookup_first } => {
-                    if keyed_rules
-                        && let Some(r) = &record
-                        && r.attempt_count == 1
-                    {
-                        // The first retry: remember when the key was first sent (write-once), for the retention rule.
-                        self.ledger.record_plan(
-                            run_id,
-                            &first_attempt_marker(&key),
-                            r.last_attempt_ms.to_string().as_bytes(),
-                            now_ms,
-                        )?;
-                    }
-                    let claim_ms = if person_retry { now_ms.max(person_retry_at_ms + 1) } else { now_ms };
-                    let claim = self.claim(job, expected_fence, durable || person_retry, claim_ms);
-                    let (fence, attempt) = match self.ledger.claim(&claim)? {
-                        Claimed::Granted { fence, attempt } => (fence, attempt),
-                        // The record changed since it was read (another worker): read again and decide again.
-                        Claimed::Conflict(_) => continue,
-                    };
-                    person_retry = false;
-                    // Did an earlier attempt under this key maybe apply? Then a definite failure now does not make the
-                    // step definitely failed: "failed" needs every attempt to have definitely not applied. A lookup
-                    // that finds nothing past the lag bound settles the question.
-                    let mut earlier_maybe_applied =
-                        record.as_ref().is_some_and(|r| matches!(r.status, Status::Unknown | Status::Started));
-                    if lookup_first && spec.has_lookup {
-                        earlier_maybe_applied = false;
-                        let prior_definite = record.as_ref().is_none_or(|r| r.status == Status::Failed);
-                        if let Some(end) = self.lookup(job, attempt, fence, prior_definite, record.as_ref()).await? {
-                            return Ok(end);
-                        }
-                        // Nothing found (create now), or the lookup failed and was recorded (read again).
-                        let mut moved = false;
-                        self.ledger.inspect(&key, &mut |r| {
-                            moved = r.is_some_and(|r| r.fence != fence || r.status != Status::Started);
-                        })?;
-                        if moved {
-                            continue; // the lookup recorded its failure, or we lost the key
-                        }
-                    }
-                    self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
-                    // The next owner waits out a lookup connector's lag from this attempt's lease expiry, which
-                    // covers a request only if it reached the API by then. A worker that stalled since its claim
-                    // (a long pause during the lookup, say) must not send late: it sends only while half its lease
-                    // is left, the other half being the request's transit (so `lease_ms` must exceed twice the
-                    // longest transit). Found by the release gate: a worker paused for a minute sent its create after
-                    // its lease had expired and the new owner's lookup missed it.
-                    let send_ms = self.clock.now_ms();
-                    if send_ms >= claim_ms.saturating_add(self.config.lease_ms / 2) {
-                        let error = format!(
-                            "not sent: half the lease was spent before the request could go ({} ms after the claim)",
-                            send_ms - claim_ms
-                        );
-                        let completion = if earlier_maybe_applied {
-                            Completion::Unknown { reason: format!("{error} (an earlier attempt may have applied)") }
-                        } else {
-                            Completion::Failed { error }
-                        };
-                        self.complete_or_lost(&key, fence, &completion, send_ms)?;
-                        last = Some(LastCall { ended_ms: send_ms, retry_after_ms: None });
-                        continue;
-                    }
-                    let sent_key = match self.config.policy {
-                        Policy::Rules => key,
-                        Policy::Naive => naive_attempt_key(&key, attempt),
-                    };
-                    self.observer.event(&Event::CallStarted {
-                        run_id,
-                        step_id,
-                        key: &key,
-                        sent_key: &sent_key,
-                        action: &bound.full,
-                        attempt,
-                    });
-                    let request = Request { action: &spec.name, inputs, key: &sent_key, run_id, attempt };
-                    let outcome = bound.connector.call(request).await;
-                    self.maybe_halt(CrashPoint::AfterCallBeforeRecord, run_id, &key).await;
-                    self.observer.event(&Event::CallEnded {
-                        run_id,
-                        step_id,
-                        key: &key,
-                        action: &bound.full,
-                        attempt,
-                        outcome: outcome_name(&outcome),
-                    });
-                    let ended_ms = self.clock.now_ms();
-                    let mut retry_after_ms = None;
-                    let completion = match &outcome {
-                        Outcome::Applied(output) => match canonical::to_vec(output) {
-                            Ok(bytes) => Completion::Succeeded { output: bytes },
-                            Err(e) => Completion::Unknown {
-                                reason: format!("applied, but the output cannot be canonicalised: {e}"),
-                            },
-                        },
-                        Outcome::NotApplied(n) => {
-                            retry_after_ms = n.retry_after_ms;
-                            let mark = if n.retryable { "" } else { decide::PERMANENT_MARK };
-                            Completion::Failed { error: format!("{mark}{}", n.error) }
-                        }
-                        Outcome::Indeterminate(reason) => Completion::Unknown { reason: reason.clone() },
-                        Outcome::KeyReusedWithDifferentPayload(m) => {
-                            Completion::Failed { error: format!("{}{m}", decide::KEY_REUSED_MARK) }
-                        }
-                        Outcome::KeyInFlight => Completion::Unknown {
-                            reason: "a concurrent request with this key is in flight (409)".to_string(),
-                        },
-                    };
-                    let completion = match completion {
-                        Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
-                            reason: format!("{error} (an earlier attempt under this key may have applied)"),
-                        },
-                        other => other,
-                    };
-                    match self.ledger.complete(&key, fence, &completion, ended_ms) {
-                        Ok(()) => {}
-                        // Our lease was taken over while we called: the new owner decides; read again.
-                        Err(ledger::Error::Fenced { .. }) => continue,
-                        Err(ledger::Error::OutputConflict { key }) => {
-                            panic!("key {key} succeeded twice with different outputs: two executions of one key")
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                    if let (Outcome::Applied(output), Completion::Succeeded { .. }) = (outcome, &completion) {
-                        self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
-                        return Ok(KeyEnd::Done(output));
-                    }
-                    last = Some(LastCall { ended_ms, retry_after_ms });
+            };
+            let Attempting {
+                fence,
+                attempt,
+                claim_ms,
+                lookup_first,
+                mut earlier_maybe_applied,
+                prior_definite,
+                prior_error,
+            } = match next {
+                Next::Sleep(ms) => {
+                    sleep_ms(ms).await;
+                    continue;
+                }
+                Next::Again => continue,
+                Next::Attempt(attempting) => attempting,
+            };
+            if lookup_first && spec.has_lookup {
+                earlier_maybe_applied = false;
+                if let Some(end) = self.lookup(job, attempt, fence, prior_definite, prior_error).await? {
+                    return Ok(end);
+                }
+                // Nothing found (create now), or the lookup failed and was recorded (read again).
+                let mut moved = false;
+                self.ledger.inspect(&key, &mut |r| {
+                    moved = r.is_some_and(|r| r.fence != fence || r.status != Status::Started);
+                })?;
+                if moved {
+                    continue; // the lookup recorded its failure, or we lost the key
                 }
             }
+            self.maybe_halt(CrashPoint::BeforeCall, run_id, &key).await;
+            // The next owner waits out a lookup connector's lag from this attempt's lease expiry, which
+            // covers a request only if it reached the API by then. A worker that stalled since its claim
+            // (a long pause during the lookup, say) must not send late: it sends only while half its lease
+            // is left, the other half being the request's transit (so `lease_ms` must exceed twice the
+            // longest transit). Found by the release gate: a worker paused for a minute sent its create after
+            // its lease had expired and the new owner's lookup missed it.
+            let send_ms = self.clock.now_ms();
+            if send_ms >= claim_ms.saturating_add(self.config.lease_ms / 2) {
+                let error = format!(
+                    "not sent: half the lease was spent before the request could go ({} ms after the claim)",
+                    send_ms - claim_ms
+                );
+                let completion = if earlier_maybe_applied {
+                    Completion::Unknown { reason: format!("{error} (an earlier attempt may have applied)") }
+                } else {
+                    Completion::Failed { error }
+                };
+                self.complete_or_lost(&key, fence, &completion, send_ms)?;
+                last = Some(LastCall { ended_ms: send_ms, retry_after_ms: None });
+                continue;
+            }
+            let sent_key = match self.config.policy {
+                Policy::Rules => key,
+                Policy::Naive => naive_attempt_key(&key, attempt),
+            };
+            self.observer.event(&Event::CallStarted {
+                run_id,
+                step_id,
+                key: &key,
+                sent_key: &sent_key,
+                action: &bound.full,
+                attempt,
+            });
+            let request = Request { action: &spec.name, inputs, key: &sent_key, run_id, attempt };
+            let outcome = bound.connector.call(request).await;
+            self.maybe_halt(CrashPoint::AfterCallBeforeRecord, run_id, &key).await;
+            self.observer.event(&Event::CallEnded {
+                run_id,
+                step_id,
+                key: &key,
+                action: &bound.full,
+                attempt,
+                outcome: outcome_name(&outcome),
+            });
+            let ended_ms = self.clock.now_ms();
+            let mut retry_after_ms = None;
+            let completion = match &outcome {
+                Outcome::Applied(output) => match canonical::to_vec(output) {
+                    Ok(bytes) => Completion::Succeeded { output: bytes },
+                    Err(e) => {
+                        Completion::Unknown { reason: format!("applied, but the output cannot be canonicalised: {e}") }
+                    }
+                },
+                Outcome::NotApplied(n) => {
+                    retry_after_ms = n.retry_after_ms;
+                    let mark = if n.retryable { "" } else { decide::PERMANENT_MARK };
+                    Completion::Failed { error: format!("{mark}{}", n.error) }
+                }
+                Outcome::Indeterminate(reason) => Completion::Unknown { reason: reason.clone() },
+                Outcome::KeyReusedWithDifferentPayload(m) => {
+                    Completion::Failed { error: format!("{}{m}", decide::KEY_REUSED_MARK) }
+                }
+                Outcome::KeyInFlight => {
+                    Completion::Unknown { reason: "a concurrent request with this key is in flight (409)".to_string() }
+                }
+            };
+            let completion = match completion {
+                Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
+                    reason: format!("{error} (an earlier attempt under this key may have applied)"),
+                },
+                other => other,
+            };
+            match self.ledger.complete(&key, fence, &completion, ended_ms) {
+                Ok(()) => {}
+                // Our lease was taken over while we called: the new owner decides; read again.
+                Err(ledger::Error::Fenced { .. }) => continue,
+                Err(ledger::Error::OutputConflict { key }) => {
+                    panic!("key {key} succeeded twice with different outputs: two executions of one key")
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if let (Outcome::Applied(output), Completion::Succeeded { .. }) = (outcome, &completion) {
+                self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
+                return Ok(KeyEnd::Done(output));
+            }
+            last = Some(LastCall { ended_ms, retry_after_ms });
         }
         Ok(KeyEnd::Paused {
             reason: format!(
@@ -1110,7 +1169,7 @@ impl Engine {
         attempt: u32,
         fence: u64,
         prior_definite: bool,
-        prior: Option<&ledger::StepRecord>,
+        prior_error: Option<String>,
     ) -> Result<Option<KeyEnd>, Error> {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let request = Request { action: &bound.spec.name, inputs, key: &key, run_id, attempt };
@@ -1144,8 +1203,7 @@ impl Engine {
                 let completion = if prior_definite {
                     Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
                 } else {
-                    let earlier =
-                        prior.and_then(|r| r.error.as_deref()).unwrap_or("an earlier attempt may have applied");
+                    let earlier = prior_error.as_deref().unwrap_or("an earlier attempt may have applied");
                     Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, &completion, now_ms)?;
