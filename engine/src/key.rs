@@ -9,8 +9,8 @@
 //! write's canonical inputs with their own domain tag.
 //!
 //! Volatile inputs: a step may name input paths that are sent to the connector but left out of its key (a request
-//! timestamp, a trace id), so that a retry which refreshes them still finds the earlier attempt. The caller removes
-//! them with [`without_volatile`] before [`step_key`]; the rule is spelled out on that function. Leaving out a field
+//! timestamp, a trace id), so that a retry which refreshes them still finds the earlier attempt. [`step_key_without`]
+//! leaves them out while writing; [`without_volatile`] is the same rule as a copy, and spells it out. Leaving out a field
 //! that changes what the call does would merge two different calls under one key, so the list belongs to the step's
 //! definition and should name only fields the external system does not act on.
 //!

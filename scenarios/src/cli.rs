@@ -197,7 +197,7 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
                 return 2;
             }
         };
-        match engine::key::step_key(run, step, &engine::key::without_volatile(&value, volatile)) {
+        match engine::key::step_key_without(run, step, &value, volatile) {
             Ok(k) => k,
             Err(e) => {
                 eprintln!("flowsim key: {e}");
