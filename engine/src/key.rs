@@ -36,10 +36,15 @@ impl Key {
 /// Appends `bytes` as lowercase hex, two digits per byte (keys, webhook run ids).
 pub fn push_hex(bytes: &[u8], out: &mut String) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    // Through a stack buffer, a chunk at a time: `String::push` checks capacity and encodes a `char` per digit.
+    let mut digits = [0u8; 64];
+    for chunk in bytes.chunks(digits.len() / 2) {
+        for (pair, byte) in digits.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        let hex = &digits[..chunk.len() * 2];
+        out.push_str(std::str::from_utf8(hex).expect("hex digits are ASCII"));
     }
 }
 
@@ -188,5 +193,23 @@ fn remove_path(value: &mut serde_json::Value, parts: &[&str]) {
         map.remove(*first);
     } else if let Some(child) = map.get_mut(*first) {
         remove_path(child, rest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_hex;
+
+    #[test]
+    fn push_hex_spells_every_byte_of_every_length_after_what_is_there() {
+        // Lengths around the 32-byte chunk, and every byte value.
+        let bytes: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
+        for len in [0, 1, 2, 31, 32, 33, 63, 64, 65, 100, 512] {
+            let mut out = String::from("x:");
+            push_hex(&bytes[..len], &mut out);
+            let expected: String =
+                std::iter::once("x:".to_string()).chain(bytes[..len].iter().map(|b| format!("{b:02x}"))).collect();
+            assert_eq!(out, expected, "length {len}");
+        }
     }
 }
