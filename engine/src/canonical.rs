@@ -445,14 +445,14 @@ struct Parser<'a> {
 }
 
 /// One object member already written to the output, at `start..end` (without its separating comma).
-struct Member {
-    name: String,
+struct Member<'a> {
+    name: std::borrow::Cow<'a, str>,
     name_offset: usize,
     start: usize,
     end: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn syntax(&self, message: &str) -> Error {
         Error::Syntax { message: message.to_string(), offset: self.pos }
     }
@@ -537,7 +537,7 @@ impl Parser<'_> {
         self.open(depth)?;
         out.push(b'{');
         let region_start = out.len();
-        let mut members: Vec<Member> = Vec::new();
+        let mut members: Vec<Member<'a>> = Vec::new();
         if self.peek() == Some(b'}') {
             self.pos += 1;
             out.push(b'}');
@@ -585,7 +585,7 @@ impl Parser<'_> {
             let duplicate =
                 members.windows(2).filter(|w| w[0].name == w[1].name).map(|w| &w[1]).min_by_key(|m| m.name_offset);
             if let Some(m) = duplicate {
-                return Err(Error::DuplicateKey { key: m.name.clone(), offset: m.name_offset });
+                return Err(Error::DuplicateKey { key: m.name.to_string(), offset: m.name_offset });
             }
             let written = out.split_off(region_start);
             for (i, m) in members.iter().enumerate() {
@@ -599,10 +599,12 @@ impl Parser<'_> {
         Ok(())
     }
 
-    /// Parses a string literal at `self.pos` (an opening quote) and returns its value.
-    fn string(&mut self) -> Result<String, Error> {
+    /// Parses a string literal at `self.pos` (an opening quote) and returns its value: borrowed from the input when
+    /// it holds no escape, as almost every string does.
+    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, Error> {
         self.pos += 1;
         let mut value = String::new();
+        let mut escaped = false;
         let mut run_start = self.pos;
         // Bounded by the input length: every iteration consumes at least one byte.
         loop {
@@ -611,11 +613,16 @@ impl Parser<'_> {
             };
             match b {
                 b'"' => {
-                    value.push_str(&self.text[run_start..self.pos]);
+                    let run = &self.text[run_start..self.pos];
                     self.pos += 1;
-                    return Ok(value);
+                    if !escaped {
+                        return Ok(std::borrow::Cow::Borrowed(run));
+                    }
+                    value.push_str(run);
+                    return Ok(std::borrow::Cow::Owned(value));
                 }
                 b'\\' => {
+                    escaped = true;
                     value.push_str(&self.text[run_start..self.pos]);
                     self.escape(&mut value)?;
                     run_start = self.pos;
