@@ -496,8 +496,8 @@ struct Shared {
     /// When each worker last came up (for the crash-point grace period).
     up_since_ms: Mutex<Vec<u64>>,
     cut_until_ms: Mutex<Vec<u64>>,
-    /// Live drivers of each run; a run is finished only when its last live driver ends.
-    drivers: Mutex<FastMap<CompactString, Vec<Driver>>>,
+    /// Live drivers of each run; a run is finished only when its last live driver ends. Almost always one, held inline.
+    drivers: Mutex<FastMap<CompactString, smallvec::SmallVec<[Driver; 2]>>>,
     /// Runs started and not yet finished, and webhook changes whose deliveries are not all done.
     runs_in_flight: AtomicU64,
     changes_in_flight: AtomicU64,
