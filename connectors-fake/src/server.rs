@@ -27,7 +27,7 @@ use crate::rng::Rng;
 use crate::truth::{Effect, EffectSink};
 use crate::webhooks::WebhookEvent;
 use engine::clock::Clock;
-use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
+use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request, pin_in_place};
 use engine::ledger::CompactString;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::AtomicBool;
@@ -274,7 +274,7 @@ impl<A: Api> Connector for FakeConnector<A> {
     }
 
     fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
-        Box::pin(async move {
+        pin_in_place(move || async move {
             let draws = self.draw();
             sleep_ms(draws.request_ms).await;
             let now_ms = self.clock.now_ms();
@@ -296,7 +296,7 @@ impl<A: Api> Connector for FakeConnector<A> {
     }
 
     fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
-        Box::pin(async move {
+        pin_in_place(move || async move {
             let draws = self.draw();
             sleep_ms(draws.request_ms).await;
             let now_ms = self.clock.now_ms();

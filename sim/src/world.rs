@@ -15,7 +15,7 @@ use connectors_fake::server::numbered;
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
-use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request};
+use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request, pin_in_place};
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, Policy};
 use engine::fastmap::{FastMap, FastSet};
@@ -433,7 +433,7 @@ impl Connector for WorkerLink {
     }
 
     fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, CallOutcome> {
-        Box::pin(async move {
+        pin_in_place(move || async move {
             if self.cut() {
                 // The connection could not be opened: nothing was sent.
                 return CallOutcome::NotApplied(engine::connector::NotApplied {
@@ -453,7 +453,7 @@ impl Connector for WorkerLink {
     }
 
     fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
-        Box::pin(async move {
+        pin_in_place(move || async move {
             if self.cut() {
                 return LookupOutcome::Failed("connection refused (network cut)".into());
             }
@@ -783,13 +783,13 @@ fn start_drive(
     let engine = engine.clone();
     tokio::spawn(async move {
         // Boxed: the drive's state machine is large, and this task is spawned (and copied) on every restart.
-        let drive = async {
+        let drive = pin_in_place(|| async {
             match &trigger {
                 Some(trigger) => engine.drive_known(&run_id, trigger).await,
                 None => engine.drive(&run_id).await,
             }
-        };
-        let status = match Box::pin(drive).await {
+        });
+        let status = match drive.await {
             Ok(status) => status,
             Err(e) => {
                 world.engine_error(format!("drive {run_id}: {e}"));
