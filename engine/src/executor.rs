@@ -42,7 +42,9 @@
 
 use crate::canonical;
 use crate::clock::Clock;
-use crate::connector::{ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request};
+use crate::connector::{
+    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request, pin_in_place,
+};
 use crate::decide::{self, Decision, Input, LastCall};
 use crate::event::{CrashPoint, Event, Observer};
 use crate::key::{self, Key};
@@ -668,13 +670,15 @@ impl Engine {
                     let StepKind::Action { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
                     self.run_action_step(run_id, step, bound, inputs, trigger, &outputs).await?
                 }
+                // Steps with a plan are boxed (built in their block): held inline, their futures would make every
+                // drive's future two thirds larger for its whole life, action steps being the common kind.
                 CompiledKind::Writes => {
                     let StepKind::Writes(writes) = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_writes_step(run_id, step, writes, trigger, &outputs).await?
+                    pin_in_place(|| self.run_writes_step(run_id, step, writes, trigger, &outputs)).await?
                 }
                 CompiledKind::Agent(planner) => {
                     let StepKind::Agent { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_agent_step(run_id, step, planner, inputs, trigger, &outputs).await?
+                    pin_in_place(|| self.run_agent_step(run_id, step, planner, inputs, trigger, &outputs)).await?
                 }
             };
             match end {

@@ -608,14 +608,14 @@ impl Shared {
             let resolution = self.person_decision(run_id);
             // Boxed, as is the replay below: both are rare, and inline they would make every drive task (which holds
             // this future) several times larger to allocate and copy.
-            match Box::pin(engine.resolve(run_id, resolution, "person")).await {
+            match pin_in_place(|| engine.resolve(run_id, resolution, "person")).await {
                 Ok(s) => status = s,
                 Err(e) => self.engine_error(format!("resolve {run_id}: {e}")),
             }
         }
         if status == RunStatus::Succeeded && self.replays(run_id) {
             let edited = workflows::edited_trigger(self.ledger.as_ref(), run_id);
-            match Box::pin(engine.replay(run_id, &edited)).await {
+            match pin_in_place(|| engine.replay(run_id, &edited)).await {
                 Ok(s) => status = s,
                 Err(e) => self.engine_error(format!("replay {run_id}: {e}")),
             }
@@ -797,7 +797,7 @@ fn start_drive(
             }
         };
         // Boxed too: held inline, its state would make every drive's task larger for the whole of the drive.
-        Box::pin(world.driver_ended(&engine, me, &run_id, status)).await;
+        pin_in_place(|| world.driver_ended(&engine, me, &run_id, status)).await;
     });
 }
 
