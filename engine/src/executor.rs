@@ -747,11 +747,18 @@ impl Engine {
         let key_bytes = match &plan_bytes {
             Some(bytes) => bytes.as_ref(),
             None => {
-                let key_plan = plan.as_array().expect("built as an array").iter().map(|w| {
-                    let inputs = key::without_volatile(&w["inputs"], &step.volatile);
-                    serde_json::json!({"action": w["action"], "inputs": inputs})
+                // The key covers each write with its volatile input paths left out, written without copying it.
+                let paths: Vec<String> = step.volatile.iter().map(|path| format!("inputs.{path}")).collect();
+                let mut bytes = Vec::with_capacity(256);
+                bytes.push(b'[');
+                let written = plan.as_array().expect("built as an array").iter().enumerate().try_for_each(|(i, w)| {
+                    if i > 0 {
+                        bytes.push(b',');
+                    }
+                    canonical::write_value_without(w, &paths, &mut bytes)
                 });
-                key_plan_bytes = canonical::to_vec(&Value::Array(key_plan.collect()));
+                bytes.push(b']');
+                key_plan_bytes = written.map(|()| bytes);
                 key_plan_bytes.as_ref()
             }
         };

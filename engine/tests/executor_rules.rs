@@ -386,6 +386,25 @@ async fn volatile_fields_are_sent_but_not_keyed() {
     assert_eq!(connector.effects()[0].inputs["requested_at"], 1);
 }
 
+#[tokio::test]
+async fn volatile_fields_of_a_writes_step_are_sent_but_not_keyed() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "pay", "volatile": ["requested_at", "meta.trace"],
+         "writes": [{"action": "api.charge",
+                     "inputs": {"amount": "{{trigger.amount}}", "requested_at": "{{trigger.at}}",
+                                "meta": {"trace": "{{trigger.at}}", "note": "x"}}}]}
+    ]});
+    let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    engine.start_run("wf", "r1", &json!({"amount": 5, "at": 1})).await.unwrap();
+    engine.replay("r1", &json!({"amount": 5, "at": 2})).await.unwrap();
+    assert_eq!(connector.calls().len(), 1, "changed volatile fields (top-level and nested) must not mint a new key");
+    assert_eq!(connector.effects()[0].inputs["requested_at"], 1);
+    engine.replay("r1", &json!({"amount": 6, "at": 2})).await.unwrap();
+    assert_eq!(connector.calls().len(), 2, "a changed keyed field is a new plan and a new write");
+}
+
 async fn paused_payout() -> (Arc<Scripted>, Arc<engine::ledger::memory::MemoryLedger>, Engine, Arc<Recorder>) {
     let connector = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
     let ledger = memory_ledger();
