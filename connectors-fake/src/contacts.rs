@@ -103,7 +103,7 @@ impl Api for Contacts {
             ("email", Value::from(&*email)),
             ("properties", Value::clone(request.inputs)),
         ]));
-        self.by_email.insert(request.run_id, email.into_owned(), Indexed { visible_ms, record: record.clone() });
+        self.by_email.insert(request.run_id, &email, Indexed { visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.clone(),

@@ -87,7 +87,7 @@ impl Api for Ledgerly {
             ("fields", Value::clone(request.inputs)),
         ]));
         let indexed = Indexed { visible_ms, record: record.clone() };
-        self.by_external_ref.insert(request.run_id, external_ref, indexed);
+        self.by_external_ref.insert(request.run_id, &external_ref, indexed);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.clone(),

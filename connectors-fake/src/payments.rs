@@ -180,7 +180,7 @@ impl Payments {
                 ("id", Value::from(id.as_str())),
                 ("object", "customer".into()),
                 ("params", Value::clone(request.inputs)),
-                ("metadata", object([("flow_key", key_hex(request.key).into())])),
+                ("metadata", object([("flow_key", Value::from(key_hex(request.key).as_str()))])),
             ]);
             (id, Arc::new(record), "customer.created", cx.now_ms + cx.lag_ms)
         } else {
@@ -196,7 +196,7 @@ impl Payments {
         };
         if action == 0 {
             let indexed = Indexed { visible_ms, record: record.clone() };
-            self.customers.insert(request.run_id, key_hex(request.key), indexed);
+            self.customers.insert(request.run_id, &key_hex(request.key), indexed);
         }
         let shared_id: Arc<str> = object_id.as_str().into();
         self.objects_by_id.insert(shared_id.clone(), record.clone());

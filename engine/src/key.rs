@@ -27,9 +27,49 @@ pub struct Key(pub [u8; 32]);
 
 impl Key {
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(64);
-        push_hex(&self.0, &mut s);
-        s
+        self.hex().as_str().to_owned()
+    }
+
+    /// The key as lowercase hex on the stack: for a lookup or a copy into a string of the caller's choosing, without
+    /// a heap block of its own.
+    pub fn hex(&self) -> KeyHex {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 64];
+        for (pair, byte) in digits.chunks_exact_mut(2).zip(&self.0) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        KeyHex(digits)
+    }
+}
+
+/// A [`Key`] spelled in lowercase hex (64 ASCII digits), held inline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyHex([u8; 64]);
+
+impl KeyHex {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+impl std::ops::Deref for KeyHex {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Display for KeyHex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for KeyHex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -50,7 +90,7 @@ pub fn push_hex(bytes: &[u8], out: &mut String) {
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        f.write_str(self.hex().as_str())
     }
 }
 
@@ -210,6 +250,18 @@ mod tests {
             let expected: String =
                 std::iter::once("x:".to_string()).chain(bytes[..len].iter().map(|b| format!("{b:02x}"))).collect();
             assert_eq!(out, expected, "length {len}");
+        }
+    }
+
+    #[test]
+    fn a_keys_hex_on_the_stack_is_push_hex_of_its_bytes() {
+        for seed in 0..=255u8 {
+            let key = super::Key(std::array::from_fn(|i| seed.wrapping_mul(31).wrapping_add(i as u8 * 7)));
+            let mut expected = String::new();
+            push_hex(&key.0, &mut expected);
+            assert_eq!(key.hex().as_str(), expected);
+            assert_eq!(key.to_hex(), expected);
+            assert_eq!(key.to_string(), expected);
         }
     }
 }
