@@ -13,9 +13,10 @@ use std::sync::Arc;
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// `Box::pin(make())`, with the future built in its heap block: the block is allocated before `make` runs, so the
-/// compiler writes the future's captured values straight into it. `Box::pin(future)` builds the whole future on the
-/// stack first and then copies all of it (its size is that of its largest state, mostly not yet written) into a
-/// block that is usually cold: a cache miss per 64 bytes. The simulator pays that per drive and per connector call.
+/// optimiser can write the future's captured values straight into it (release builds do; `docs/speed.md`, stop 17).
+/// `Box::pin(future)` builds the whole future on the stack first and then copies all of it (its size is that of its
+/// largest state, mostly not yet written) into a block that is usually cold: a cache miss per 64 bytes. The simulator
+/// paid that per drive and per connector call. The result is the same either way; only the copy differs.
 #[inline(always)]
 pub fn pin_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
     Box::into_pin(Box::write(Box::new_uninit(), make()))
