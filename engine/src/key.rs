@@ -105,6 +105,28 @@ pub const STEP_DOMAIN_TAG: &[u8] = b"flow/step-key/v1";
 /// The domain tag of write keys.
 pub const WRITE_DOMAIN_TAG: &[u8] = b"flow/write-key/v1";
 
+/// Runs `f` on this thread's scratch buffer, empty: a key's encoding is hashed and dropped at once, so every key
+/// would otherwise write its encoding into a fresh (and, with mimalloc's free lists, usually cold) heap block. A
+/// nested call (none today) gets a buffer of its own. The buffer holds nothing between calls that anything reads.
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    /// Kept at most this large between uses, so one huge document does not pin its buffer.
+    const KEPT_BYTES_MAX: usize = 64 * 1024;
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024));
+    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let out = f(&mut buf);
+            if buf.capacity() > KEPT_BYTES_MAX {
+                *buf = Vec::with_capacity(1024);
+            }
+            out
+        }
+        Err(_) => f(&mut Vec::new()),
+    })
+}
+
 /// The key of step `step_id` of run `run_id` with `inputs`.
 ///
 /// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
@@ -121,8 +143,10 @@ pub fn step_key_without(
     inputs: &serde_json::Value,
     volatile_paths: &[String],
 ) -> Result<Key, crate::canonical::Error> {
-    let (buf, _) = step_key_encoding(run_id, step_id, inputs, volatile_paths)?;
-    Ok(Key(*blake3::hash(&buf).as_bytes()))
+    with_scratch(|buf| {
+        step_key_encoding(buf, run_id, step_id, inputs, volatile_paths)?;
+        Ok(Key(*blake3::hash(buf).as_bytes()))
+    })
 }
 
 /// [`step_key_without`], and blake3 of the canonical inputs it keys (what the ledger records as `inputs_hash`), from
@@ -133,36 +157,38 @@ pub fn step_key_and_inputs_hash(
     inputs: &serde_json::Value,
     volatile_paths: &[String],
 ) -> Result<(Key, [u8; 32]), crate::canonical::Error> {
-    let (buf, inputs_at) = step_key_encoding(run_id, step_id, inputs, volatile_paths)?;
-    Ok((Key(*blake3::hash(&buf).as_bytes()), *blake3::hash(&buf[inputs_at..]).as_bytes()))
+    with_scratch(|buf| {
+        let inputs_at = step_key_encoding(buf, run_id, step_id, inputs, volatile_paths)?;
+        Ok((Key(*blake3::hash(buf).as_bytes()), *blake3::hash(&buf[inputs_at..]).as_bytes()))
+    })
 }
 
-/// The encoding a step key hashes, and where the canonical inputs start in it.
+/// Writes the encoding a step key hashes into `buf` (empty), and returns where the canonical inputs start in it.
 fn step_key_encoding(
+    buf: &mut Vec<u8>,
     run_id: &str,
     step_id: &str,
     inputs: &serde_json::Value,
     volatile_paths: &[String],
-) -> Result<(Vec<u8>, usize), crate::canonical::Error> {
-    let mut buf = Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + 192);
-    write_header(&mut buf, run_id, step_id);
+) -> Result<usize, crate::canonical::Error> {
+    write_header(buf, run_id, step_id);
     let length_at = buf.len();
     buf.extend_from_slice(&[0; 8]);
-    crate::canonical::write_value_without(inputs, volatile_paths, &mut buf)?;
+    crate::canonical::write_value_without(inputs, volatile_paths, buf)?;
     let inputs_len = (buf.len() - length_at - 8) as u64;
     buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
-    Ok((buf, length_at + 8))
+    Ok(length_at + 8)
 }
 
 /// The key of a step whose inputs are already canonical bytes (the output of [`crate::canonical`]; passing any other
 /// bytes gives a key that no other spelling of the same inputs shares).
 pub fn step_key_canonical(run_id: &str, step_id: &str, canonical_inputs: &[u8]) -> Key {
-    let mut buf =
-        Vec::with_capacity(STEP_DOMAIN_TAG.len() + 24 + run_id.len() + step_id.len() + canonical_inputs.len());
-    write_header(&mut buf, run_id, step_id);
-    buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
-    buf.extend_from_slice(canonical_inputs);
-    Key(*blake3::hash(&buf).as_bytes())
+    with_scratch(|buf| {
+        write_header(buf, run_id, step_id);
+        buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
+        buf.extend_from_slice(canonical_inputs);
+        Key(*blake3::hash(buf).as_bytes())
+    })
 }
 
 fn write_header(buf: &mut Vec<u8>, run_id: &str, step_id: &str) {
@@ -175,28 +201,30 @@ fn write_header(buf: &mut Vec<u8>, run_id: &str, step_id: &str) {
 
 /// The key of write number `index` of the step keyed `step`, with `inputs`.
 pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
-    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + 192);
-    buf.extend_from_slice(WRITE_DOMAIN_TAG);
-    buf.extend_from_slice(&step.0);
-    buf.extend_from_slice(&index.to_le_bytes());
-    let length_at = buf.len();
-    buf.extend_from_slice(&[0; 8]);
-    crate::canonical::write_value(inputs, &mut buf)?;
-    let inputs_len = (buf.len() - length_at - 8) as u64;
-    buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
-    Ok(Key(*blake3::hash(&buf).as_bytes()))
+    with_scratch(|buf| {
+        buf.extend_from_slice(WRITE_DOMAIN_TAG);
+        buf.extend_from_slice(&step.0);
+        buf.extend_from_slice(&index.to_le_bytes());
+        let length_at = buf.len();
+        buf.extend_from_slice(&[0; 8]);
+        crate::canonical::write_value(inputs, buf)?;
+        let inputs_len = (buf.len() - length_at - 8) as u64;
+        buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
+        Ok(Key(*blake3::hash(buf).as_bytes()))
+    })
 }
 
 /// The key of write number `index` of the step keyed `step`, whose inputs are already canonical bytes: equal to
 /// [`write_key`] of the inputs those bytes are the canonical form of.
 pub fn write_key_canonical(step: &Key, index: u32, canonical_inputs: &[u8]) -> Key {
-    let mut buf = Vec::with_capacity(WRITE_DOMAIN_TAG.len() + 32 + 4 + 8 + canonical_inputs.len());
-    buf.extend_from_slice(WRITE_DOMAIN_TAG);
-    buf.extend_from_slice(&step.0);
-    buf.extend_from_slice(&index.to_le_bytes());
-    buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
-    buf.extend_from_slice(canonical_inputs);
-    Key(*blake3::hash(&buf).as_bytes())
+    with_scratch(|buf| {
+        buf.extend_from_slice(WRITE_DOMAIN_TAG);
+        buf.extend_from_slice(&step.0);
+        buf.extend_from_slice(&index.to_le_bytes());
+        buf.extend_from_slice(&(canonical_inputs.len() as u64).to_le_bytes());
+        buf.extend_from_slice(canonical_inputs);
+        Key(*blake3::hash(buf).as_bytes())
+    })
 }
 
 /// `inputs` with each volatile path removed (a request timestamp, a trace id): such fields are sent to the connector
