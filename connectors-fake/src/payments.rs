@@ -176,13 +176,17 @@ impl Payments {
         self.next_id += 1;
         let (object_id, record, event_type, visible_ms) = if action == 0 {
             let id = numbered("cus_", self.next_id);
-            let record = object([
+            // A customer carries the engine key in its metadata, and the search finds it by that key.
+            let flow_key = key_hex(request.key);
+            let record = Arc::new(object([
                 ("id", Value::from(id.as_str())),
                 ("object", "customer".into()),
                 ("params", Value::clone(request.inputs)),
-                ("metadata", object([("flow_key", Value::from(key_hex(request.key).as_str()))])),
-            ]);
-            (id, Arc::new(record), "customer.created", cx.now_ms + cx.lag_ms)
+                ("metadata", object([("flow_key", Value::from(flow_key.as_str()))])),
+            ]));
+            let visible_ms = cx.now_ms + cx.lag_ms;
+            self.customers.insert(request.run_id, &flow_key, Indexed { visible_ms, record: record.clone() });
+            (id, record, "customer.created", visible_ms)
         } else {
             let id = numbered("ch_", self.next_id);
             let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
@@ -194,10 +198,6 @@ impl Payments {
             ]);
             (id, Arc::new(record), "charge.succeeded", cx.now_ms)
         };
-        if action == 0 {
-            let indexed = Indexed { visible_ms, record: record.clone() };
-            self.customers.insert(request.run_id, &key_hex(request.key), indexed);
-        }
         let shared_id: Arc<str> = object_id.as_str().into();
         self.objects_by_id.insert(shared_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };

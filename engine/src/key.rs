@@ -10,9 +10,9 @@
 //!
 //! Volatile inputs: a step may name input paths that are sent to the connector but left out of its key (a request
 //! timestamp, a trace id), so that a retry which refreshes them still finds the earlier attempt. [`step_key_without`]
-//! leaves them out while writing; [`without_volatile`] is the same rule as a copy, and spells it out. Leaving out a field
-//! that changes what the call does would merge two different calls under one key, so the list belongs to the step's
-//! definition and should name only fields the external system does not act on.
+//! leaves them out while writing; [`without_volatile`] is the same rule as a copy, and spells it out. Leaving out a
+//! field that changes what the call does would merge two different calls under one key, so the list belongs to the
+//! step's definition and should name only fields the external system does not act on.
 //!
 //! Inputs that cannot be canonicalised (see [`crate::canonical`]) have no key: [`step_key`] returns the error rather
 //! than hashing some approximation.
@@ -33,12 +33,8 @@ impl Key {
     /// The key as lowercase hex on the stack: for a lookup or a copy into a string of the caller's choosing, without
     /// a heap block of its own.
     pub fn hex(&self) -> KeyHex {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut digits = [0u8; 64];
-        for (pair, byte) in digits.chunks_exact_mut(2).zip(&self.0) {
-            pair[0] = DIGITS[usize::from(byte >> 4)];
-            pair[1] = DIGITS[usize::from(byte & 0x0f)];
-        }
+        write_hex_digits(&self.0, &mut digits);
         KeyHex(digits)
     }
 }
@@ -75,16 +71,21 @@ impl fmt::Debug for KeyHex {
 
 /// Appends `bytes` as lowercase hex, two digits per byte (keys, webhook run ids).
 pub fn push_hex(bytes: &[u8], out: &mut String) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     // Through a stack buffer, a chunk at a time: `String::push` checks capacity and encodes a `char` per digit.
     let mut digits = [0u8; 64];
     for chunk in bytes.chunks(digits.len() / 2) {
-        for (pair, byte) in digits.chunks_exact_mut(2).zip(chunk) {
-            pair[0] = DIGITS[usize::from(byte >> 4)];
-            pair[1] = DIGITS[usize::from(byte & 0x0f)];
-        }
-        let hex = &digits[..chunk.len() * 2];
+        let hex = &mut digits[..chunk.len() * 2];
+        write_hex_digits(chunk, hex);
         out.push_str(std::str::from_utf8(hex).expect("hex digits are ASCII"));
+    }
+}
+
+/// Writes `bytes` as lowercase hex into the first `2 * bytes.len()` bytes of `out`.
+fn write_hex_digits(bytes: &[u8], out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
 }
 
@@ -96,7 +97,7 @@ impl fmt::Display for Key {
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Key({})", &self.to_hex()[..16])
+        write!(f, "Key({})", &self.hex()[..16])
     }
 }
 
