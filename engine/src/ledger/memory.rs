@@ -50,13 +50,20 @@ struct Inner {
     resolutions: FastMap<String, Vec<ResolutionRecord>>,
 }
 
-/// A key as four words, hashed and compared as integers (a `[u8; 32]` comparison is a `memcmp` call, which was a
-/// quarter of the find+record time when these maps were B-trees).
-type MapKey = [u64; 4];
+/// A key as four words, compared as integers (a `[u8; 32]` comparison is a `memcmp` call, which was a quarter of the
+/// find+record time when these maps were B-trees) and hashed as its first word, as [`Key`] is (see there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MapKey([u64; 4]);
+
+impl std::hash::Hash for MapKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0[0]);
+    }
+}
 
 fn map_key(key: &Key) -> MapKey {
     let word = |i: usize| u64::from_be_bytes(key.0[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    [word(0), word(1), word(2), word(3)]
+    MapKey([word(0), word(1), word(2), word(3)])
 }
 
 #[derive(Debug)]
