@@ -244,18 +244,6 @@ impl<A: Api> FakeConnector<A> {
     pub fn forget_run(&self, run_id: &str) {
         self.server.lock().expect("fake server lock poisoned").forget_run(run_id);
     }
-
-    fn draw(&self) -> Draws {
-        let mut rng = self.rng.lock().expect("fake rng lock poisoned");
-        let mut draws = self.profile.sample_draws(&mut rng);
-        if self.healed.load(std::sync::atomic::Ordering::Relaxed) {
-            // The same draws as before (so healing does not shift the random stream), with the fault and the
-            // incident-size lag taken away: latency and ordinary read-after-write lag are how the API works.
-            draws.fault = Fault::None;
-            draws.lag_ms = draws.lag_ms.min(self.profile.lag_ms_tail_max);
-        }
-        draws
-    }
 }
 
 async fn sleep_ms(ms: u64) {
@@ -275,45 +263,20 @@ impl<A: Api> Connector for FakeConnector<A> {
 
     fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
         pin_in_place(move || async move {
-            let draws = self.draw();
+            let draws = Fake::draw(self);
             sleep_ms(draws.request_ms).await;
-            let now_ms = self.clock.now_ms();
-            // Taken apart and handed on in a block of its own: only the outcome waits out the response's latency, so
-            // the effect and the event (216 of the 264 bytes) are not part of the future, a fresh and cold block per
-            // call.
-            let outcome = {
-                let Handled { outcome, effect, event } =
-                    self.server.lock().expect("fake server lock poisoned").handle(now_ms, &request, &draws);
-                if let Some(effect) = effect {
-                    self.sink.effect(effect);
-                }
-                if let Some(event) = event {
-                    self.sink.webhook_event(event);
-                }
-                outcome
-            };
-            let wait_ms = if draws.fault == Fault::TimeoutAfterCommit {
-                self.profile.timeout_ms.saturating_sub(draws.request_ms)
-            } else {
-                draws.response_ms
-            };
-            sleep_ms(wait_ms).await;
+            let outcome = self.serve_call(&request, &draws);
+            sleep_ms(self.wait_ms(&draws)).await;
             outcome
         })
     }
 
     fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
         pin_in_place(move || async move {
-            let draws = self.draw();
+            let draws = Fake::draw(self);
             sleep_ms(draws.request_ms).await;
-            let now_ms = self.clock.now_ms();
-            let found = self.server.lock().expect("fake server lock poisoned").lookup(now_ms, &request, &draws);
-            let wait_ms = if draws.fault == Fault::TimeoutAfterCommit {
-                self.profile.timeout_ms.saturating_sub(draws.request_ms)
-            } else {
-                draws.response_ms
-            };
-            sleep_ms(wait_ms).await;
+            let found = self.serve_lookup(&request, &draws);
+            sleep_ms(self.wait_ms(&draws)).await;
             found
         })
     }
@@ -447,11 +410,62 @@ pub trait Fake: Connector {
     fn heal(&self);
     /// Records held (keys plus objects).
     fn record_count(&self) -> usize;
+
+    // A call and a lookup taken apart at the request's arrival, for a caller that delivers requests itself (the
+    // simulator's network): `call` is `draw`, a sleep of `request_ms`, `serve_call`, a sleep of `wait_ms`.
+
+    /// The latency, fault and lag of the next request, drawn when it is sent.
+    fn draw(&self) -> Draws;
+    /// How long after its arrival the answer to a request with `draws` reaches the caller: the response half, or
+    /// (a lost response) the rest of the caller's timeout.
+    fn wait_ms(&self, draws: &Draws) -> u64;
+    /// Serves a call that reaches the API now: a write commits, and its effect and event go to the sink.
+    fn serve_call(&self, request: &Request<'_>, draws: &Draws) -> Outcome;
+    /// Serves a lookup that reaches the API now.
+    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws) -> LookupOutcome;
 }
 
 impl<A: Api> Fake for FakeConnector<A> {
     fn forget_run(&self, run_id: &str) {
         FakeConnector::forget_run(self, run_id);
+    }
+
+    fn draw(&self) -> Draws {
+        let mut rng = self.rng.lock().expect("fake rng lock poisoned");
+        let mut draws = self.profile.sample_draws(&mut rng);
+        if self.healed.load(std::sync::atomic::Ordering::Relaxed) {
+            // The same draws as before (so healing does not shift the random stream), with the fault and the
+            // incident-size lag taken away: latency and ordinary read-after-write lag are how the API works.
+            draws.fault = Fault::None;
+            draws.lag_ms = draws.lag_ms.min(self.profile.lag_ms_tail_max);
+        }
+        draws
+    }
+
+    fn wait_ms(&self, draws: &Draws) -> u64 {
+        if draws.fault == Fault::TimeoutAfterCommit {
+            self.profile.timeout_ms.saturating_sub(draws.request_ms)
+        } else {
+            draws.response_ms
+        }
+    }
+
+    fn serve_call(&self, request: &Request<'_>, draws: &Draws) -> Outcome {
+        let now_ms = self.clock.now_ms();
+        let Handled { outcome, effect, event } =
+            self.server.lock().expect("fake server lock poisoned").handle(now_ms, request, draws);
+        if let Some(effect) = effect {
+            self.sink.effect(effect);
+        }
+        if let Some(event) = event {
+            self.sink.webhook_event(event);
+        }
+        outcome
+    }
+
+    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws) -> LookupOutcome {
+        let now_ms = self.clock.now_ms();
+        self.server.lock().expect("fake server lock poisoned").lookup(now_ms, request, draws)
     }
 
     fn heal(&self) {

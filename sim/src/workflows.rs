@@ -10,7 +10,7 @@ use connectors_fake::rng::Rng;
 use connectors_fake::server::{Fake, numbered};
 use connectors_fake::truth::EffectSink;
 use engine::clock::Clock;
-use engine::connector::{BoxFuture, Connector, GuaranteeClass};
+use engine::connector::{BoxFuture, GuaranteeClass};
 use engine::executor::{PlannedAction, Planner, Policy};
 use engine::ledger::Ledger;
 use engine::workflow::{StepKind, Workflow};
@@ -360,9 +360,9 @@ impl Fakes {
         }
     }
 
-    /// The connectors a worker registers (shared: the API's state outlives any worker).
-    pub fn connectors(&self) -> Vec<Arc<dyn Connector>> {
-        self.fakes.iter().map(|f| f.clone() as Arc<dyn Connector>).collect()
+    /// The fakes a worker registers connectors for (shared: the API's state outlives any worker).
+    pub fn fakes(&self) -> &[Arc<dyn Fake>] {
+        &self.fakes
     }
 
     pub fn planner(&self) -> Arc<dyn Planner> {

@@ -10,8 +10,9 @@ use crate::profile::Profile;
 use crate::results::{ActionStats, Results};
 use crate::trace::{Field, Trace};
 use crate::workflows;
+use connectors_fake::profile::Draws;
 use connectors_fake::rng::Rng;
-use connectors_fake::server::numbered;
+use connectors_fake::server::{Fake, numbered};
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
@@ -115,6 +116,13 @@ impl SimClock {
         let time = madsim::time::TimeHandle::current();
         let start = time.elapsed();
         Self { time, start, epoch_ms }
+    }
+}
+
+impl SimClock {
+    /// The runtime's instant now (what `tokio::time::sleep_until` takes), read from the runtime, not the wall.
+    fn instant(&self) -> tokio::time::Instant {
+        self.time.now_instant()
     }
 }
 
@@ -349,18 +357,18 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
 }
 
 // ------------------------------------------------------------------------------------------------------------------
-// Network cuts and lookup accounting: a thin wrapper between a worker's engine and a fake.
+// The network between the workers and the fakes: cuts, latency, and lookup accounting.
 
 /// A fake as one worker sees it: through a network that can be cut.
 struct WorkerLink {
-    inner: Arc<dyn Connector>,
+    inner: Arc<dyn Fake>,
     /// The connector's action names, shared by every request that travels (see [`Sent`]).
     action_names: Vec<Arc<str>>,
     worker: u32,
     world: Arc<Shared>,
 }
 
-/// A request as it travels: owned, so the fake's node can serve it whatever happens to the sender.
+/// A request as it travels: owned, so the fake can serve it whatever happens to the sender.
 struct Sent {
     action: Arc<str>,
     inputs: Arc<serde_json::Value>,
@@ -396,8 +404,121 @@ impl Sent {
     }
 }
 
+/// A request on its way to a fake, and where its answer goes.
+struct InFlight {
+    fake: Arc<dyn Fake>,
+    sent: Sent,
+    draws: Draws,
+    answer: Answer,
+}
+
+enum Answer {
+    Call(tokio::sync::oneshot::Sender<CallOutcome>),
+    Lookup(tokio::sync::oneshot::Sender<LookupOutcome>),
+}
+
+/// The requests sent and not yet arrived, served at their arrival by one task on the fakes' node ([`network`]).
+///
+/// Once sent, a request reaches its API after the request half of its latency whatever happens to the sender: a
+/// paused worker resumes to find the answer waiting, a killed one never reads it. The sender sleeps until the answer
+/// arrives (it knows when from the draws) and then takes it. One long-lived task serves every arrival, instead of a
+/// task spawned per request with two sleeps of its own: a spawn, two polls and a wake-up fewer per call.
+///
+/// The sender sets the timer that wakes the serving task at the arrival (a `Sleep` polled once with that task's
+/// waker, then dropped). This relies on madsim's timers firing whether or not their `Sleep` is still held, which is
+/// how madsim 0.2 implements them (`Sleep::poll` adds a timer with a clone of the waker and nothing removes it); were
+/// that to change, no request would arrive and every simulation test would fail on I8.
+#[derive(Default)]
+struct Network {
+    queue: Mutex<NetworkQueue>,
+}
+
+#[derive(Default)]
+struct NetworkQueue {
+    /// Arrivals, earliest first, then in send order (the same for the same seed), each naming its slot.
+    arrivals: std::collections::BinaryHeap<std::cmp::Reverse<(tokio::time::Instant, u64, usize)>>,
+    /// The requests in flight; a served request's slot is reused (the last freed first, still warm).
+    slots: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    sent_count: u64,
+    /// The serving task's waker, once it has run.
+    server: Option<std::task::Waker>,
+}
+
+impl NetworkQueue {
+    /// Makes the serving task run at `arrival` (at once if that is now).
+    fn wake_server_at(&self, arrival: tokio::time::Instant) {
+        if let Some(server) = &self.server {
+            let mut timer = std::pin::pin!(tokio::time::sleep_until(arrival));
+            if timer.as_mut().poll(&mut std::task::Context::from_waker(server)).is_ready() {
+                server.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl Network {
+    fn send(&self, arrival: tokio::time::Instant, request: InFlight) {
+        let mut queue = self.queue.lock().expect("network queue");
+        let slot = match queue.free.pop() {
+            Some(slot) => {
+                queue.slots[slot] = Some(request);
+                slot
+            }
+            None => {
+                queue.slots.push(Some(request));
+                queue.slots.len() - 1
+            }
+        };
+        let order = queue.sent_count;
+        queue.sent_count += 1;
+        queue.arrivals.push(std::cmp::Reverse((arrival, order, slot)));
+        queue.wake_server_at(arrival);
+    }
+
+    /// The first request whose arrival time has come, if any.
+    fn arrived(&self, now: tokio::time::Instant) -> Option<InFlight> {
+        let mut queue = self.queue.lock().expect("network queue");
+        let &std::cmp::Reverse((at, _, slot)) = queue.arrivals.peek()?;
+        if at > now {
+            return None;
+        }
+        queue.arrivals.pop();
+        queue.free.push(slot);
+        queue.slots[slot].take()
+    }
+}
+
+/// Serves every request at its arrival time, in arrival order, for as long as the simulation runs (the fakes' node is
+/// never killed). Woken by the timers the senders set.
+async fn network(world: Arc<Shared>) {
+    std::future::poll_fn(|cx| {
+        {
+            let mut queue = world.network.queue.lock().expect("network queue");
+            if queue.server.is_none() {
+                // First run: requests sent before this task had a waker get their timers now.
+                queue.server = Some(cx.waker().clone());
+                let arrivals: Vec<_> = queue.arrivals.iter().map(|std::cmp::Reverse((at, _, _))| *at).collect();
+                for at in arrivals {
+                    queue.wake_server_at(at);
+                }
+            }
+        }
+        let now = world.monitor.clock.instant();
+        while let Some(InFlight { fake, sent, draws, answer }) = world.network.arrived(now) {
+            // A sender that died meanwhile dropped its receiver: the request was served all the same.
+            match answer {
+                Answer::Call(to) => drop(to.send(fake.serve_call(&sent.request(), &draws))),
+                Answer::Lookup(to) => drop(to.send(fake.serve_lookup(&sent.request(), &draws))),
+            }
+        }
+        std::task::Poll::<()>::Pending
+    })
+    .await
+}
+
 impl WorkerLink {
-    fn new(inner: Arc<dyn Connector>, worker: u32, world: Arc<Shared>) -> Self {
+    fn new(inner: Arc<dyn Fake>, worker: u32, world: Arc<Shared>) -> Self {
         let action_names = inner.actions().iter().map(|spec| Arc::from(spec.name.as_str())).collect();
         WorkerLink { inner, action_names, worker, world }
     }
@@ -407,19 +528,23 @@ impl WorkerLink {
         self.world.cut_until_ms.lock().expect("cut lock")[self.worker as usize] > now
     }
 
-    /// Serves `sent` on the fakes' own node and waits for the answer. Once sent, a request reaches the API with the
-    /// network's latency even if the sender stalls or dies meanwhile (a paused worker resumes to find the answer
-    /// waiting; a killed one never reads it).
-    async fn on_fakes_node<T: Send + 'static>(
+    /// Sends `request` and returns when its answer is due: the request half of the latency, then the answer's wait.
+    /// `answer` is made with the channel the answer comes back on.
+    async fn send_and_wait<T>(
         &self,
-        sent: Sent,
-        serve: impl for<'r> FnOnce(&'r dyn Connector, Request<'r>) -> BoxFuture<'r, T> + Send + 'static,
+        request: &Request<'_>,
+        answer: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Answer,
     ) -> T {
-        let inner = self.inner.clone();
-        // The task's own handle carries the answer (a dropped handle detaches the task, as a sender killed while
-        // waiting drops it): no channel to allocate per call.
-        let served = self.world.fakes_node.spawn(async move { serve(inner.as_ref(), sent.request()).await });
-        served.await.expect("the fakes' node is never killed, so every request is answered")
+        let draws = self.inner.draw();
+        let now = self.world.monitor.clock.instant();
+        let arrival = now + Duration::from_millis(draws.request_ms);
+        let answered = arrival + Duration::from_millis(self.inner.wait_ms(&draws));
+        let (to, from) = tokio::sync::oneshot::channel();
+        let sent = Sent::of(request, &self.action_names);
+        self.world.network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, answer: answer(to) });
+        tokio::time::sleep_until(answered).await;
+        // Served by now, unless the answer is due the instant the request arrives and this task ran first.
+        from.await.expect("the fakes' node is never killed, so every request is answered")
     }
 }
 
@@ -442,8 +567,7 @@ impl Connector for WorkerLink {
                     retry_after_ms: None,
                 });
             }
-            let outcome =
-                self.on_fakes_node(Sent::of(&request, &self.action_names), |fake, request| fake.call(request)).await;
+            let outcome = self.send_and_wait(&request, Answer::Call).await;
             if self.cut() {
                 // The request went out; the cut swallowed the answer.
                 return CallOutcome::Indeterminate("connection reset after send (network cut)".into());
@@ -458,8 +582,7 @@ impl Connector for WorkerLink {
                 return LookupOutcome::Failed("connection refused (network cut)".into());
             }
             let start = self.world.monitor.clock.now_ms();
-            let found =
-                self.on_fakes_node(Sent::of(&request, &self.action_names), |fake, request| fake.lookup(request)).await;
+            let found = self.send_and_wait(&request, Answer::Lookup).await;
             let spent = self.world.monitor.clock.now_ms() - start;
             self.world.monitor.lock().extra_lookup_ms_total += spent;
             if self.cut() {
@@ -513,6 +636,8 @@ struct Shared {
     api: Mutex<Option<Arc<Engine>>>,
     /// The node the fake APIs serve requests on: never paused, never killed.
     fakes_node: madsim::runtime::NodeHandle,
+    /// Requests between the workers and the fakes, served on `fakes_node`.
+    network: Network,
     /// The built-in workflows, parsed once: every worker incarnation registers copies (a restart must not re-parse).
     workflows: Vec<engine::workflow::Workflow>,
 }
@@ -587,8 +712,8 @@ impl Shared {
         let observer: Arc<dyn Observer> = Arc::new(WorkerObserver { worker, world: self.clone() });
         let clock: Arc<dyn Clock> = Arc::new(self.monitor.clock.clone());
         let mut engine = Engine::new(config, self.ledger.clone(), clock, observer);
-        for connector in self.fakes.connectors() {
-            engine.register_connector(Arc::new(WorkerLink::new(connector, worker, self.clone())));
+        for fake in self.fakes.fakes() {
+            engine.register_connector(Arc::new(WorkerLink::new(fake.clone(), worker, self.clone())));
         }
         engine.register_planner(workflows::PLANNER, self.fakes.planner());
         for workflow in &self.workflows {
@@ -1186,9 +1311,11 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         webhook_starts: Mutex::new(FastMap::default()),
         api: Mutex::new(None),
         fakes_node: handle.create_node().name("fakes").build(),
+        network: Network::default(),
         workflows: workflows::compiled_for(&config.profile),
         config,
     });
+    world.fakes_node.spawn(network(world.clone()));
     let supervisor = handle.create_node().name("supervisor").build();
     *world.supervisor.lock().expect("supervisor") = Some(supervisor.clone());
     for worker in 0..workers {
