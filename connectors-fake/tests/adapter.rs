@@ -86,6 +86,42 @@ mod simulated {
         assert_eq!(sink.effects_for(&key), 1);
     }
 
+    #[madsim::test]
+    async fn a_call_taken_apart_at_its_arrival_is_the_same_call() {
+        // Two fakes from the same seed: one called whole, the other through `draw`, a sleep of the request half,
+        // `serve_call` and a sleep of `wait_ms` (what the simulator's network does). Latencies vary and a third of the
+        // responses are lost after commit, so both halves of the wait are exercised.
+        let profile = FaultProfile {
+            latency_ms_median: 100,
+            latency_ms_p99: 900,
+            timeout_after_commit_p: 0.3,
+            timeout_ms: 30_000,
+            ..FaultProfile::default()
+        };
+        let (whole, whole_sink, clock) = fake(FakeKind::Payments, profile.clone());
+        let (halves, halves_sink, _) = fake(FakeKind::Payments, profile);
+        let mut timeouts = 0;
+        for i in 0..40u8 {
+            let key = Key([i; 32]);
+            let inputs = inputs();
+            let request = Request { action: "charge", inputs: &inputs, key: &key, run_id: "run-1", attempt: 1 };
+            let start_ms = clock.now_ms();
+            let outcome = whole.call(request).await;
+            let whole_ms = clock.now_ms() - start_ms;
+            let start_ms = clock.now_ms();
+            let draws = halves.draw();
+            tokio::time::sleep(Duration::from_millis(draws.request_ms)).await;
+            let served = halves.serve_call(&request, &draws);
+            tokio::time::sleep(Duration::from_millis(halves.wait_ms(&draws))).await;
+            assert_eq!(served, outcome, "call {i}");
+            assert_eq!(clock.now_ms() - start_ms, whole_ms, "call {i}");
+            timeouts += usize::from(outcome == Outcome::Indeterminate(TIMEOUT.into()));
+        }
+        assert!(timeouts > 0 && timeouts < 40, "{timeouts} of 40 timed out");
+        assert_eq!(whole_sink.effects().len(), halves_sink.effects().len());
+        assert_eq!(whole_sink.effects().len(), 40, "every charge commits, lost response or not");
+    }
+
     /// Kills a worker node in the middle of a call, at `kill_after_ms` after it started; returns the number of
     /// effects committed for the key, and then what a retry from another worker sees.
     async fn kill_worker_mid_call(kind: FakeKind, kill_after_ms: u64) -> (usize, Outcome, usize) {

@@ -117,9 +117,7 @@ impl SimClock {
         let start = time.elapsed();
         Self { time, start, epoch_ms }
     }
-}
 
-impl SimClock {
     /// The runtime's instant now (what `tokio::time::sleep_until` takes), read from the runtime, not the wall.
     fn instant(&self) -> tokio::time::Instant {
         self.time.now_instant()
