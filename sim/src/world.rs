@@ -521,9 +521,20 @@ impl WorkerLink {
         WorkerLink { inner, action_names, worker, world }
     }
 
+    /// Whether this worker's network is cut now. Asked twice per call and lookup: without a lock, and without the
+    /// clock when no cut is in force (an expired cut is cleared on the first look after it ends).
     fn cut(&self) -> bool {
-        let now = self.world.monitor.clock.now_ms();
-        self.world.cut_until_ms.lock().expect("cut lock")[self.worker as usize] > now
+        let cut_until = &self.world.cut_until_ms[self.worker as usize];
+        let until = cut_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return false;
+        }
+        if until > self.world.monitor.clock.now_ms() {
+            return true;
+        }
+        // Cleared only if no new cut was set meanwhile.
+        let _ = cut_until.compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed);
+        false
     }
 
     /// Sends `request` and returns when its answer is due: the request half of the latency, then the answer's wait.
@@ -616,7 +627,8 @@ struct Shared {
     down: Mutex<Vec<bool>>,
     /// When each worker last came up (for the crash-point grace period).
     up_since_ms: Mutex<Vec<u64>>,
-    cut_until_ms: Mutex<Vec<u64>>,
+    /// When each worker's network cut ends (simulated ms; 0 when none is in force).
+    cut_until_ms: Vec<AtomicU64>,
     /// Live drivers of each run; a run is finished only when its last live driver ends. Almost always one, held inline.
     drivers: Mutex<FastMap<CompactString, smallvec::SmallVec<[Driver; 2]>>>,
     /// Runs started and not yet finished, and webhook changes whose deliveries are not all done.
@@ -1184,7 +1196,7 @@ async fn cut_randomly(world: Arc<Shared>) {
         }
         let worker = rng.range(0, knobs.workers as u64) as usize;
         let until = world.monitor.clock.now_ms() + knobs.cut_ms;
-        world.cut_until_ms.lock().expect("cuts")[worker] = until;
+        world.cut_until_ms[worker].store(until, Ordering::Relaxed);
         world.monitor.world_event("network-cut", &[Field::U64(worker as u64), Field::U64(until)]);
     }
 }
@@ -1297,7 +1309,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         incarnations: Mutex::new(vec![0; workers as usize + 1]),
         down: Mutex::new(vec![false; workers as usize]),
         up_since_ms: Mutex::new(vec![0; workers as usize]),
-        cut_until_ms: Mutex::new(vec![0; workers as usize]),
+        cut_until_ms: (0..workers).map(|_| AtomicU64::new(0)).collect(),
         drivers: Mutex::new(FastMap::default()),
         runs_in_flight: AtomicU64::new(0),
         changes_in_flight: AtomicU64::new(0),
@@ -1345,7 +1357,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         c.abort();
     }
     for worker in 0..workers {
-        world.cut_until_ms.lock().expect("cuts")[worker as usize] = 0;
+        world.cut_until_ms[worker as usize].store(0, Ordering::Relaxed);
         // A stall aborted with the chaos tasks may have left the worker paused.
         let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
