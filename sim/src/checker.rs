@@ -189,9 +189,9 @@ impl Checker {
         self.incarnations[worker as usize] += 1;
     }
 
-    /// The index of the action the engine names `connector.action` (split at the first `.`, as the engine does).
+    /// The index of the action the engine names `connector.action`. `action_names` is sorted (it comes from a
+    /// `BTreeMap`), and equal full names are equal parts, so the full name is searched for without splitting it.
     fn action_of(&self, name: &str) -> usize {
-        // `action_names` is sorted (it comes from a `BTreeMap`), and equal full names are equal parts: no split.
         match self.action_names.binary_search_by(|declared| declared.as_str().cmp(name)) {
             Ok(i) => i,
             Err(_) => panic!("the engine called action {name:?}, which the world did not declare"),

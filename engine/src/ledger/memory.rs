@@ -62,8 +62,7 @@ impl std::hash::Hash for MapKey {
 }
 
 fn map_key(key: &Key) -> MapKey {
-    let word = |i: usize| u64::from_be_bytes(key.0[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    MapKey([word(0), word(1), word(2), word(3)])
+    MapKey(key.words())
 }
 
 #[derive(Debug)]
