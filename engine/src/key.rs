@@ -297,7 +297,7 @@ fn remove_path(value: &mut serde_json::Value, parts: &[&str]) {
 
 #[cfg(test)]
 mod tests {
-    use super::push_hex;
+    use super::{Key, push_hex};
 
     #[test]
     fn push_hex_spells_every_byte_of_every_length_after_what_is_there() {
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn a_keys_hex_on_the_stack_is_push_hex_of_its_bytes() {
         for seed in 0..=255u8 {
-            let key = super::Key(std::array::from_fn(|i| seed.wrapping_mul(31).wrapping_add(i as u8 * 7)));
+            let key = Key(std::array::from_fn(|i| seed.wrapping_mul(31).wrapping_add(i as u8 * 7)));
             let mut expected = String::new();
             push_hex(&key.0, &mut expected);
             assert_eq!(key.hex().as_str(), expected);
@@ -323,11 +323,6 @@ mod tests {
             assert_eq!(key.to_string(), expected);
         }
     }
-}
-
-#[cfg(test)]
-mod order_tests {
-    use super::Key;
 
     #[test]
     fn keys_order_and_hash_as_their_bytes_do() {

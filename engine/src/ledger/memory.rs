@@ -30,10 +30,10 @@ pub struct MemoryLedger {
 #[derive(Debug, Default)]
 struct Inner {
     /// Boxed: a record is ~250 bytes, and the table moves its values when it grows.
-    steps: FastMap<MapKey, Box<StepRecord>>,
+    steps: FastMap<Key, Box<StepRecord>>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
     keys_by_run: FastMap<CompactString, Vec<Key>>,
-    plans: FastMap<MapKey, Plan>,
+    plans: FastMap<Key, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
     plans_by_run: FastMap<CompactString, Vec<Key>>,
     runs: FastMap<String, RunRecord>,
@@ -48,21 +48,6 @@ struct Inner {
     dedup: FastMap<Ident, DedupEntry>,
     rejected: Vec<Rejected>,
     resolutions: FastMap<String, Vec<ResolutionRecord>>,
-}
-
-/// A key as four words, compared as integers (a `[u8; 32]` comparison is a `memcmp` call, which was a quarter of the
-/// find+record time when these maps were B-trees) and hashed as its first word, as [`Key`] is (see there).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MapKey([u64; 4]);
-
-impl std::hash::Hash for MapKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0[0]);
-    }
-}
-
-fn map_key(key: &Key) -> MapKey {
-    MapKey(key.words())
 }
 
 #[derive(Debug)]
@@ -217,11 +202,11 @@ impl Inner {
     }
 
     fn record_plan(&mut self, run_id: &str, key: &Key, plan: &[u8]) -> Vec<u8> {
-        if let Some(existing) = self.plans.get(&map_key(key)) {
+        if let Some(existing) = self.plans.get(key) {
             return existing.plan.clone();
         }
         file_under_run(&mut self.plans_by_run, run_id, *key, 1);
-        self.plans.insert(map_key(key), Plan { plan: plan.to_vec() });
+        self.plans.insert(*key, Plan { plan: plan.to_vec() });
         plan.to_vec()
     }
 }
@@ -253,20 +238,20 @@ fn sorted(ids: &FastSet<String>) -> Vec<String> {
 
 impl Ledger for MemoryLedger {
     fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-        Ok(self.lock().steps.get(&map_key(key)).map(|record| StepRecord::clone(record)))
+        Ok(self.lock().steps.get(key).map(|record| StepRecord::clone(record)))
     }
 
     fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
-        read(self.lock().steps.get(&map_key(key)).map(|record| &**record));
+        read(self.lock().steps.get(key).map(|record| &**record));
         Ok(())
     }
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         let mut inner = self.lock();
-        match transition::claim(inner.steps.get_mut(&map_key(&claim.key)).map(|r| &mut **r), claim)? {
+        match transition::claim(inner.steps.get_mut(&claim.key).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
                 file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, RUN_KEYS_CAPACITY);
-                inner.steps.insert(map_key(&claim.key), Box::new(record));
+                inner.steps.insert(claim.key, Box::new(record));
                 Ok(granted)
             }
             ClaimEffect::Updated(granted) => Ok(granted),
@@ -276,13 +261,12 @@ impl Ledger for MemoryLedger {
 
     fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::complete(inner.steps.get_mut(&map_key(key)).map(|r| &mut **r), key, fence, completion, now_ms)
-            .map(|_| ())
+        transition::complete(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, completion, now_ms).map(|_| ())
     }
 
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::renew(inner.steps.get_mut(&map_key(key)).map(|r| &mut **r), key, fence, lease_expiry_ms)
+        transition::renew(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, lease_expiry_ms)
     }
 
     fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
@@ -290,7 +274,7 @@ impl Ledger for MemoryLedger {
     }
 
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        Ok(self.lock().plans.get(&map_key(key)).map(|p| p.plan.clone()))
+        Ok(self.lock().plans.get(key).map(|p| p.plan.clone()))
     }
 
     fn create_run(&self, run: RunRecord) -> Result<bool> {
@@ -387,10 +371,10 @@ impl Ledger for MemoryLedger {
     fn forget_run(&self, run_id: &str) -> Result<()> {
         let mut inner = self.lock();
         for key in inner.keys_by_run.remove(run_id).unwrap_or_default() {
-            inner.steps.remove(&map_key(&key));
+            inner.steps.remove(&key);
         }
         for key in inner.plans_by_run.remove(run_id).unwrap_or_default() {
-            inner.plans.remove(&map_key(&key));
+            inner.plans.remove(&key);
         }
         inner.resolutions.remove(run_id);
         if let Some(run) = inner.runs.remove(run_id) {
