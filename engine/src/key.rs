@@ -203,11 +203,20 @@ fn step_key_encoding(
     volatile_paths: &[String],
 ) -> Result<usize, crate::canonical::Error> {
     write_header(buf, run_id, step_id);
+    write_length_prefixed(buf, |buf| crate::canonical::write_value_without(inputs, volatile_paths, buf))
+}
+
+/// Appends what `write` writes, preceded by its length (8 bytes, little-endian, as the `_canonical` key functions
+/// write the length of bytes they already hold); returns where the written bytes start.
+fn write_length_prefixed(
+    buf: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), crate::canonical::Error>,
+) -> Result<usize, crate::canonical::Error> {
     let length_at = buf.len();
     buf.extend_from_slice(&[0; 8]);
-    crate::canonical::write_value_without(inputs, volatile_paths, buf)?;
-    let inputs_len = (buf.len() - length_at - 8) as u64;
-    buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
+    write(buf)?;
+    let written = (buf.len() - length_at - 8) as u64;
+    buf[length_at..length_at + 8].copy_from_slice(&written.to_le_bytes());
     Ok(length_at + 8)
 }
 
@@ -236,11 +245,7 @@ pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<K
         buf.extend_from_slice(WRITE_DOMAIN_TAG);
         buf.extend_from_slice(&step.0);
         buf.extend_from_slice(&index.to_le_bytes());
-        let length_at = buf.len();
-        buf.extend_from_slice(&[0; 8]);
-        crate::canonical::write_value(inputs, buf)?;
-        let inputs_len = (buf.len() - length_at - 8) as u64;
-        buf[length_at..length_at + 8].copy_from_slice(&inputs_len.to_le_bytes());
+        write_length_prefixed(buf, |buf| crate::canonical::write_value(inputs, buf))?;
         Ok(Key(*blake3::hash(buf).as_bytes()))
     })
 }
