@@ -74,11 +74,8 @@ impl Api for AtMostOnce {
         }
         self.next_id += 1;
         let id = numbered(&self.id_prefix, self.next_id);
-        let record = Arc::new(object([
-            ("id", Value::from(id.as_str())),
-            ("status", "accepted".into()),
-            ("params", Value::clone(request.inputs)),
-        ]));
+        // A payout or a send is acknowledged with its id and status.
+        let record = Arc::new(object([("id", Value::from(id.as_str())), ("status", "accepted".into())]));
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
             source: self.name.clone(),

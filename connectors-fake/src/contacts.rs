@@ -98,11 +98,7 @@ impl Api for Contacts {
         self.next_id += 1;
         let id = numbered("contact_", self.next_id);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = Arc::new(object([
-            ("id", Value::from(id.as_str())),
-            ("email", Value::from(&*email)),
-            ("properties", Value::clone(request.inputs)),
-        ]));
+        let record = Arc::new(object([("id", Value::from(id.as_str())), ("email", Value::from(&*email))]));
         self.by_email.insert(request.run_id, &email, Indexed { visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {

@@ -19,7 +19,7 @@
 //! - Every created object emits a webhook event (`customer.created`, `charge.succeeded`).
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, key_hex, not_applied, numbered};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object, key_hex, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -178,12 +178,15 @@ impl Payments {
             let id = numbered("cus_", self.next_id);
             // A customer carries the engine key in its metadata, and the search finds it by that key.
             let flow_key = key_hex(request.key);
-            let record = Arc::new(object([
-                ("id", Value::from(id.as_str())),
-                ("object", "customer".into()),
-                ("params", Value::clone(request.inputs)),
-                ("metadata", object([("flow_key", Value::from(flow_key.as_str()))])),
-            ]));
+            let record = Arc::new(created_object(
+                [
+                    ("id", Value::from(id.as_str())),
+                    ("object", "customer".into()),
+                    ("metadata", object([("flow_key", Value::from(flow_key.as_str()))])),
+                ],
+                request.inputs,
+                &["email", "name"],
+            ));
             let visible_ms = cx.now_ms + cx.lag_ms;
             self.customers.insert(request.run_id, &flow_key, Indexed { visible_ms, record: record.clone() });
             (id, record, "customer.created", visible_ms)
