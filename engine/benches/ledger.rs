@@ -86,7 +86,7 @@ impl Workload {
         let Claimed::Granted { fence, .. } = ledger.claim(&claim).expect("claim") else {
             panic!("a fresh key was not granted");
         };
-        ledger.complete(&key, fence, &self.output, step).expect("complete");
+        ledger.complete(&key, fence, self.output.clone(), step).expect("complete");
         if step % STEPS_PER_RUN == STEPS_PER_RUN - 1 && run >= RUNS_KEPT {
             ledger.forget_run(&self.run_ids[((run - RUNS_KEPT) % ring) as usize]).expect("forget");
         }

@@ -197,16 +197,34 @@ enum Trigger<'a> {
 /// value (`2.0`) is written `2`, which parses as an integer; every other number, string and structure reads back as
 /// it was written. Cheaper than the parse it saves: one canonical write into a buffer and no tree to build and drop.
 fn is_stored_document(trigger: &Value, stored: &[u8]) -> bool {
-    fn reads_back(value: &Value) -> bool {
-        match value {
-            Value::Number(n) => n.as_f64().is_none_or(|f| n.is_i64() || n.is_u64() || f.fract() != 0.0),
-            Value::Array(items) => items.iter().all(reads_back),
-            Value::Object(map) => map.values().all(reads_back),
-            Value::Null | Value::Bool(_) | Value::String(_) => true,
-        }
-    }
     let same_bytes = key::with_scratch(|buf| canonical::write_value(trigger, buf).is_ok() && buf[..] == *stored);
     same_bytes && reads_back(trigger)
+}
+
+/// Whether parsing the canonical form of `value` gives `value` back: true unless it holds a float with an integral
+/// value (`2.0` is written `2`, which parses as an integer).
+fn reads_back(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.as_f64().is_none_or(|f| n.is_i64() || n.is_u64() || f.fract() != 0.0),
+        Value::Array(items) => items.iter().all(reads_back),
+        Value::Object(map) => map.values().all(reads_back),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
+}
+
+/// The writes of a plan a writes step built (`[{"action": …, "inputs": …}, …]`), moved out of it.
+fn planned_actions(plan: Value) -> Vec<PlannedAction> {
+    let Value::Array(writes) = plan else { unreachable!("a writes step builds its plan as an array") };
+    writes
+        .into_iter()
+        .map(|write| {
+            let Value::Object(mut members) = write else { unreachable!("a planned write is built as an object") };
+            let Some(Value::String(action)) = members.remove("action") else {
+                unreachable!("a planned write is built with its action")
+            };
+            PlannedAction { action, inputs: members.remove("inputs").unwrap_or(Value::Null) }
+        })
+        .collect()
 }
 
 /// What one key needs from its step.
@@ -767,8 +785,8 @@ impl Engine {
             Ok(c) => key::step_key_canonical(run_id, &step.id, c),
             Err(e) => return Ok(self.unkeyable(&step.id, e)),
         };
-        let recorded = match self.ledger.get_plan(&step_key)? {
-            Some(recorded) => (recorded, true),
+        let (recorded, reused, built) = match self.ledger.get_plan(&step_key)? {
+            Some(recorded) => (recorded, true, None),
             None => {
                 let bytes = match plan_bytes.unwrap_or_else(|| canonical::to_vec(&plan)) {
                     Ok(b) => b,
@@ -776,10 +794,13 @@ impl Engine {
                 };
                 let in_force = self.ledger.record_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
                 let reused = in_force != bytes;
-                (in_force, reused)
+                // The plan in force is the one just built: its writes are at hand, unless a parse of the recorded
+                // bytes would give other values (see `reads_back`).
+                let built = (!reused && reads_back(&plan)).then(|| planned_actions(plan));
+                (in_force, reused, built)
             }
         };
-        self.run_plan(run_id, step, step_key, &recorded.0, recorded.1).await
+        self.run_plan(run_id, step, step_key, &recorded, reused, built).await
     }
 
     #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
@@ -799,7 +820,7 @@ impl Engine {
         };
         if let Some(recorded) = self.ledger.get_plan(&step_key)? {
             // A recorded plan is final: never ask the planner again.
-            return self.run_plan(run_id, step, step_key, &recorded, true).await;
+            return self.run_plan(run_id, step, step_key, &recorded, true, None).await;
         }
         let mut last_error = String::new();
         for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
@@ -829,7 +850,8 @@ impl Engine {
             // Another worker may have recorded its plan meanwhile: the one in force wins.
             let in_force = self.ledger.record_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
             let reused = in_force != bytes;
-            return self.run_plan(run_id, step, step_key, &in_force, reused).await;
+            let built = (!reused && reads_back(&plan)).then_some(proposed);
+            return self.run_plan(run_id, step, step_key, &in_force, reused, built).await;
         }
         Ok(KeyEnd::Failed {
             reason: format!(
@@ -839,7 +861,8 @@ impl Engine {
         })
     }
 
-    /// Runs the writes of a recorded plan, each under its own write key.
+    /// Runs the writes of a recorded plan, each under its own write key. `built` is the plan's writes when this drive
+    /// built `plan` from them and a parse of it would give them back; otherwise `plan` is parsed.
     async fn run_plan(
         &self,
         run_id: &str,
@@ -847,9 +870,13 @@ impl Engine {
         step_key: Key,
         plan: &[u8],
         reused: bool,
+        built: Option<Vec<PlannedAction>>,
     ) -> Result<KeyEnd, Error> {
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
-        let writes: Vec<PlannedAction> = serde_json::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?;
+        let writes: Vec<PlannedAction> = match built {
+            Some(writes) => writes,
+            None => serde_json::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?,
+        };
         self.observer.event(&Event::PlanRecorded {
             run_id,
             step_id: &step.id,
@@ -969,7 +996,7 @@ impl Engine {
                                 match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
                                     Claimed::Granted { fence, .. } => {
                                         let done = Completion::Succeeded { output: bytes };
-                                        if self.complete_or_lost(&key, fence, &done, now_ms)? {
+                                        if self.complete_or_lost(&key, fence, done, now_ms)? {
                                             self.observer.event(&Event::StepSucceeded {
                                                 run_id,
                                                 step_id,
@@ -1078,7 +1105,7 @@ impl Engine {
                 } else {
                     Completion::Failed { error }
                 };
-                self.complete_or_lost(&key, fence, &completion, send_ms)?;
+                self.complete_or_lost(&key, fence, completion, send_ms)?;
                 last = Some(LastCall { ended_ms: send_ms, retry_after_ms: None });
                 continue;
             }
@@ -1133,7 +1160,8 @@ impl Engine {
                 },
                 other => other,
             };
-            match self.ledger.complete(&key, fence, &completion, ended_ms) {
+            let succeeded = matches!(completion, Completion::Succeeded { .. });
+            match self.ledger.complete(&key, fence, completion, ended_ms) {
                 Ok(()) => {}
                 // Our lease was taken over while we called: the new owner decides; read again.
                 Err(ledger::Error::Fenced { .. }) => continue,
@@ -1142,7 +1170,7 @@ impl Engine {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if let (Outcome::Applied(output), Completion::Succeeded { .. }) = (outcome, &completion) {
+            if let (Outcome::Applied(output), true) = (outcome, succeeded) {
                 self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
                 return Ok(KeyEnd::Done(output));
             }
@@ -1200,11 +1228,11 @@ impl Engine {
                     Ok(b) => b,
                     Err(e) => {
                         let reason = format!("lookup found a record that cannot be canonicalised: {e}");
-                        self.complete_or_lost(&key, fence, &Completion::Unknown { reason }, now_ms)?;
+                        self.complete_or_lost(&key, fence, Completion::Unknown { reason }, now_ms)?;
                         return Ok(None);
                     }
                 };
-                if self.complete_or_lost(&key, fence, &Completion::Succeeded { output: bytes }, now_ms)? {
+                if self.complete_or_lost(&key, fence, Completion::Succeeded { output: bytes }, now_ms)? {
                     self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
                     return Ok(Some(KeyEnd::Done(output)));
                 }
@@ -1218,14 +1246,14 @@ impl Engine {
                     let earlier = prior_error.as_deref().unwrap_or("an earlier attempt may have applied");
                     Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
                 };
-                self.complete_or_lost(&key, fence, &completion, now_ms)?;
+                self.complete_or_lost(&key, fence, completion, now_ms)?;
                 Ok(None)
             }
         }
     }
 
     /// Completes under `fence`; false when another worker took the key over meanwhile.
-    fn complete_or_lost(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<bool, Error> {
+    fn complete_or_lost(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<bool, Error> {
         match self.ledger.complete(key, fence, completion, now_ms) {
             Ok(()) => Ok(true),
             Err(ledger::Error::Fenced { .. }) => Ok(false),
@@ -1257,5 +1285,20 @@ mod tests {
         // Numbers a parse reads back as themselves: fractions, and integers up to 2^53 - 1.
         let numbers = json!({"x": 0.25, "y": -1.5e-7, "z": 9_007_199_254_740_991_u64});
         assert!(is_stored_document(&numbers, &stored(&numbers)));
+    }
+
+    #[test]
+    fn a_built_plan_stands_for_its_recorded_bytes_only_when_a_parse_would_give_it_back() {
+        let plan = json!([
+            {"action": "payments.charge", "inputs": {"amount": 5, "tags": ["x", 1.5], "n": null}},
+            {"action": "email.send_email", "inputs": {"to": "a@example.com"}},
+        ]);
+        let bytes = canonical::to_vec(&plan).expect("canonical");
+        let parsed: Vec<PlannedAction> = serde_json::from_slice(&bytes).expect("a plan parses");
+        assert!(reads_back(&plan));
+        assert_eq!(planned_actions(plan), parsed);
+        // 2.0 is recorded as `2`, which parses as the integer 2: the recorded plan is not the built one.
+        let float = json!([{"action": "payments.charge", "inputs": {"amount": 2.0}}]);
+        assert!(!reads_back(&float));
     }
 }

@@ -101,7 +101,7 @@ fn writer(db: &Path, iteration: u64) {
         }
         writeln!(out, "claimed {index}").and_then(|()| out.flush()).expect("report");
         let output = output_of(iteration, index);
-        ledger.complete(&key, 1, &Completion::Succeeded { output }, index + 1).expect("complete");
+        ledger.complete(&key, 1, Completion::Succeeded { output }, index + 1).expect("complete");
         if !durable {
             ledger.flush().expect("flush");
         }

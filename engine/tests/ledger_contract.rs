@@ -144,12 +144,12 @@ fn claim_then_complete(f: Fixture) {
     assert_eq!((r.action.as_str(), r.output.clone(), r.error.clone()), ("stripe.create_charge", None, None));
     l.renew(&k, 1, 500).unwrap();
     assert_eq!(l.get(&k).unwrap().unwrap().lease_expiry_ms, 500);
-    l.complete(&k, 1, &succeeded("{\"id\":\"ch_1\"}"), 20).unwrap();
+    l.complete(&k, 1, succeeded("{\"id\":\"ch_1\"}"), 20).unwrap();
     let r = l.get(&k).unwrap().unwrap();
     assert_eq!((r.status, r.output.as_deref()), (Status::Succeeded, Some(&b"{\"id\":\"ch_1\"}"[..])));
     // The same output again is an idempotent Ok, also from a stale fence (nothing is written).
-    l.complete(&k, 1, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
-    l.complete(&k, 0, &succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
+    l.complete(&k, 1, succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
+    l.complete(&k, 0, succeeded("{\"id\":\"ch_1\"}"), 30).unwrap();
     assert_eq!(l.get(&k).unwrap().unwrap(), r);
     // `inspect` lends the same record, and `None` for a key with none.
     let mut lent = None;
@@ -203,15 +203,15 @@ fn takeover_fences_the_old_owner(f: Fixture) {
     let r = l.get(&k).unwrap().unwrap();
     assert_eq!((r.owner.as_str(), r.fence, r.attempt_count, r.status), ("new", 2, 2, Status::Started));
     let fenced = Error::Fenced { key: k, presented: 1, current: 2 };
-    assert_err(l.complete(&k, 1, &succeeded("x"), 150), &fenced);
-    assert_err(l.complete(&k, 1, &failed(), 150), &fenced);
-    assert_err(l.complete(&k, 1, &unknown(), 150), &fenced);
+    assert_err(l.complete(&k, 1, succeeded("x"), 150), &fenced);
+    assert_err(l.complete(&k, 1, failed(), 150), &fenced);
+    assert_err(l.complete(&k, 1, unknown(), 150), &fenced);
     assert_err(l.renew(&k, 1, 1_000), &fenced);
-    assert_err(l.complete(&k, 3, &failed(), 150), &Error::Fenced { key: k, presented: 3, current: 2 });
+    assert_err(l.complete(&k, 3, failed(), 150), &Error::Fenced { key: k, presented: 3, current: 2 });
     assert_eq!(l.get(&k).unwrap().unwrap(), r, "refused writes change nothing");
-    l.complete(&k, 2, &succeeded("y"), 160).unwrap();
+    l.complete(&k, 2, succeeded("y"), 160).unwrap();
     // Once succeeded, the old owner's non-success writes are still fenced.
-    assert_err(l.complete(&k, 1, &failed(), 170), &fenced);
+    assert_err(l.complete(&k, 1, failed(), 170), &fenced);
 }
 
 /// The state a record is brought into before an operation.
@@ -265,15 +265,15 @@ fn transitions(f: Fixture) {
         granted(l.claim(&claim_of(k, &run_id, "w", 0, 0)));
         match setup {
             Setup::Started => {}
-            Setup::Failed => l.complete(&k, 1, &failed(), 1).unwrap(),
-            Setup::Unknown => l.complete(&k, 1, &unknown(), 1).unwrap(),
-            Setup::Succeeded => l.complete(&k, 1, &succeeded("out"), 1).unwrap(),
+            Setup::Failed => l.complete(&k, 1, failed(), 1).unwrap(),
+            Setup::Unknown => l.complete(&k, 1, unknown(), 1).unwrap(),
+            Setup::Succeeded => l.complete(&k, 1, succeeded("out"), 1).unwrap(),
         }
         let before = l.get(&k).unwrap().unwrap();
         let result = match op {
-            Op::Succeed => l.complete(&k, 1, &succeeded("out"), 2),
-            Op::Fail => l.complete(&k, 1, &failed(), 2),
-            Op::Unknown => l.complete(&k, 1, &unknown(), 2),
+            Op::Succeed => l.complete(&k, 1, succeeded("out"), 2),
+            Op::Fail => l.complete(&k, 1, failed(), 2),
+            Op::Unknown => l.complete(&k, 1, unknown(), 2),
             Op::Renew => l.renew(&k, 1, 1_000),
             Op::Claim => l
                 .claim(&claim_of(k, &run_id, "w2", 2, 1))
@@ -304,7 +304,7 @@ fn transitions(f: Fixture) {
     }
     // Writes to a key with no record.
     let absent = key(250);
-    assert!(matches!(l.complete(&absent, 1, &succeeded("o"), 1), Err(Error::NotFound { .. })));
+    assert!(matches!(l.complete(&absent, 1, succeeded("o"), 1), Err(Error::NotFound { .. })));
     assert!(matches!(l.renew(&absent, 1, 1), Err(Error::NotFound { .. })));
 }
 
@@ -312,12 +312,12 @@ fn output_conflict_is_refused(f: Fixture) {
     let l = &*f.ledger;
     let k = key(1);
     granted(l.claim(&claim_of(k, "run-1", "w", 0, 0)));
-    l.complete(&k, 1, &succeeded("first"), 1).unwrap();
+    l.complete(&k, 1, succeeded("first"), 1).unwrap();
     let conflict = Error::OutputConflict { key: k };
-    assert_err(l.complete(&k, 1, &succeeded("second"), 2), &conflict);
+    assert_err(l.complete(&k, 1, succeeded("second"), 2), &conflict);
     // A stale owner is fenced instead: the owner that took the key over may have adopted the same effect through a
     // lookup, whose answer is shaped differently. Still never overwritten.
-    assert_err(l.complete(&k, 0, &succeeded("second"), 2), &Error::Fenced { key: k, presented: 0, current: 1 });
+    assert_err(l.complete(&k, 0, succeeded("second"), 2), &Error::Fenced { key: k, presented: 0, current: 1 });
     assert_eq!(l.get(&k).unwrap().unwrap().output.as_deref(), Some(&b"first"[..]), "never overwritten");
 }
 
@@ -466,7 +466,7 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
         for i in 0..20u8 {
             let k = key(first + i);
             granted(l.claim(&claim_of(k, run_id, "w", 0, 0)));
-            l.complete(&k, 1, &succeeded("o"), 1).unwrap();
+            l.complete(&k, 1, succeeded("o"), 1).unwrap();
         }
         // A plan on a claimed step key, a plan of a key with no step record, a plan recorded before the step's claim.
         l.record_plan(run_id, &key(first), b"p", 1).unwrap();
@@ -508,7 +508,7 @@ fn reopen_keeps_everything(f: Fixture) {
     let l = &*f.ledger;
     let k = key(1);
     granted(l.claim(&claim_of(k, "run-1", "w", 0, 0)));
-    l.complete(&k, 1, &succeeded("out"), 1).unwrap();
+    l.complete(&k, 1, succeeded("out"), 1).unwrap();
     granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
     l.record_plan("run-1", &k, b"plan", 2).unwrap();
     l.create_run(run_of("run-1", RunStatus::Paused)).unwrap();
@@ -648,7 +648,7 @@ fn memory_forget_run_leaves_no_entry_behind() {
             bytes[4..8].copy_from_slice(&step.to_le_bytes());
             let k = Key(bytes);
             granted(l.claim(&claim_of(k, &run_id, "w", 0, 0)));
-            l.complete(&k, 1, &succeeded("o"), 1).unwrap();
+            l.complete(&k, 1, succeeded("o"), 1).unwrap();
             l.record_plan(&run_id, &k, b"p", 1).unwrap();
         }
         let resolution = ResolutionRecord {
@@ -676,7 +676,7 @@ fn inspect_outcome_lends_status_and_output(f: Fixture) {
         let k = key(i as u8 + 1);
         granted(l.claim(&claim_of(k, "run-1", "w1", 10, 0)));
         if let Some(completion) = completion {
-            l.complete(&k, 1, completion, 20).unwrap();
+            l.complete(&k, 1, completion.clone(), 20).unwrap();
         }
         let record = l.get(&k).unwrap().expect("claimed");
         let mut lent = None;
@@ -702,20 +702,20 @@ fn completion_releases_the_lease(f: Fixture) {
         claim.durable = i % 2 == 0;
         granted(l.claim(&claim));
         assert_eq!(l.get(&k).unwrap().unwrap().lease_expiry_ms, lease_ms);
-        l.complete(&k, 1, &failed(), now_ms).unwrap();
+        l.complete(&k, 1, failed(), now_ms).unwrap();
         let r = l.get(&k).unwrap().unwrap();
         assert_eq!(
             (r.status, r.lease_expiry_ms, r.error.as_deref()),
             (Status::Failed, released, Some("card declined"))
         );
         // An adoption after the failure: decided on the stored record, the lease only goes down.
-        l.complete(&k, 1, &succeeded("o"), now_ms + 1).unwrap();
+        l.complete(&k, 1, succeeded("o"), now_ms + 1).unwrap();
         let r = l.get(&k).unwrap().unwrap();
         assert_eq!((r.status, r.lease_expiry_ms, r.error.as_deref()), (Status::Succeeded, released, None));
     }
     // A stale fence on a started attempt is refused, and nothing changes.
     granted(l.claim(&claim_of(key(50), "run-1", "w1", 0, 0)));
     let before = l.get(&key(50)).unwrap();
-    assert_err(l.complete(&key(50), 2, &failed(), 5), &Error::Fenced { key: key(50), presented: 2, current: 1 });
+    assert_err(l.complete(&key(50), 2, failed(), 5), &Error::Fenced { key: key(50), presented: 2, current: 1 });
     assert_eq!(l.get(&key(50)).unwrap(), before);
 }

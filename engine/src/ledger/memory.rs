@@ -259,7 +259,7 @@ impl Ledger for MemoryLedger {
         }
     }
 
-    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
+    fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
         let mut inner = self.lock();
         transition::complete(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, completion, now_ms).map(|_| ())
     }

@@ -129,6 +129,15 @@ pub enum Completion {
 
 impl Completion {
     /// What the record's `output` and `error` become: the output of a success, the error or reason otherwise.
+    /// [`Completion::output_and_error`], owned.
+    pub(crate) fn into_output_and_error(self) -> (Option<Vec<u8>>, Option<String>) {
+        match self {
+            Completion::Succeeded { output } => (Some(output), None),
+            Completion::Failed { error } => (None, Some(error)),
+            Completion::Unknown { reason } => (None, Some(reason)),
+        }
+    }
+
     pub(crate) fn output_and_error(&self) -> (Option<&[u8]>, Option<&str>) {
         match self {
             Completion::Succeeded { output } => (Some(output), None),
@@ -287,8 +296,9 @@ pub trait Ledger: Send + Sync {
     }
     /// Takes the lease and writes the intent. See [`Claim`].
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed>;
-    /// Records the end of the attempt made under `fence`.
-    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()>;
+    /// Records the end of the attempt made under `fence`. Takes the completion by value: a ledger that keeps records
+    /// in memory stores its output or error as it is, without a copy.
+    fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()>;
     /// Extends the lease held under `fence`.
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()>;
 

@@ -700,9 +700,9 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn complete(&self, key: &Key, fence: u64, completion: &Completion, now_ms: u64) -> Result<()> {
+    fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
         let done = self.write_one(|conn| {
-            if !complete_started(conn, key, fence, completion, now_ms)? {
+            if !complete_started(conn, key, fence, &completion, now_ms)? {
                 return Ok((false, Commit::MayWait));
             }
             // How the key was claimed decides whether the completion may wait, when that matters at all.

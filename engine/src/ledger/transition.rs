@@ -100,28 +100,28 @@ pub(crate) fn complete(
     current: Option<&mut StepRecord>,
     key: &Key,
     fence: u64,
-    completion: &Completion,
+    completion: Completion,
     now_ms: u64,
 ) -> Result<bool> {
     let Some(record) = current else {
         return Err(Error::NotFound { what: format!("step record {key}") });
     };
     if record.status == Status::Succeeded {
-        return match completion {
+        return match &completion {
             Completion::Succeeded { output } if record.output.as_deref() == Some(output.as_slice()) => Ok(false),
             // A stale owner (its lease was taken over) is fenced, whatever it brings: the new owner may have adopted
             // the same effect through a lookup, whose answer is shaped differently from the create's.
             _ if fence != record.fence => Err(Error::Fenced { key: *key, presented: fence, current: record.fence }),
             Completion::Succeeded { .. } => Err(Error::OutputConflict { key: *key }),
             _ => {
-                Err(Error::InvalidTransition { key: *key, from: Status::Succeeded, to: completion_status(completion) })
+                Err(Error::InvalidTransition { key: *key, from: Status::Succeeded, to: completion_status(&completion) })
             }
         };
     }
     if fence != record.fence {
         return Err(Error::Fenced { key: *key, presented: fence, current: record.fence });
     }
-    let to = completion_status(completion);
+    let to = completion_status(&completion);
     let allowed = match record.status {
         Status::Started => true,
         // Adopting: a lookup found the effect, or a person marked it done.
@@ -135,9 +135,7 @@ pub(crate) fn complete(
     // The attempt is over, so the lease is released now. From here on `lease_expiry_ms` is the moment the attempt
     // ended: the latest moment its effect can have committed, from which a lookup connector's lag bound is counted.
     record.lease_expiry_ms = record.lease_expiry_ms.min(now_ms);
-    let (output, error) = completion.output_and_error();
-    record.output = output.map(<[u8]>::to_vec);
-    record.error = error.map(str::to_owned);
+    (record.output, record.error) = completion.into_output_and_error();
     Ok(true)
 }
 
