@@ -641,7 +641,7 @@ impl Engine {
             Trigger::Stored | Trigger::Known(_) => None,
         };
         let walking = edited_trigger.is_some();
-        // Read in place: the status, the workflow's name and (unless the run ends here, an edited trigger replaces
+        // Read in place: the status, the compiled workflow and (unless the run ends here, an edited trigger replaces
         // it or the caller's copy is the same document) the parsed trigger, without copying the run's record.
         let mut read = None;
         let mut known_is_stored = false;
@@ -656,7 +656,10 @@ impl Engine {
                 }
                 let trigger =
                     (!ends_here && !walking && !known_is_stored).then(|| serde_json::from_slice::<Value>(&run.trigger));
-                (run.status, run.workflow.clone(), trigger)
+                // The compiled workflow, found by the record's name without copying it (the name is copied only to
+                // report a workflow this engine does not know).
+                let compiled = self.workflows.get(&*run.workflow).cloned().ok_or_else(|| run.workflow.clone());
+                (run.status, compiled, trigger)
             });
         })?;
         // The trigger this drive uses without parsing: an edited one, or the caller's copy of the stored one.
@@ -664,16 +667,15 @@ impl Engine {
             Trigger::Known(known) if known_is_stored => Some(known),
             _ => edited_trigger,
         };
-        let (status, workflow, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         match status {
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(status),
             _ => {}
         }
-        let compiled =
-            self.workflows.get(&workflow).cloned().ok_or_else(|| Error::UnknownWorkflow(workflow.clone()))?;
+        let compiled = compiled.map_err(Error::UnknownWorkflow)?;
         if status == RunStatus::Pending {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
-            self.observer.event(&Event::RunStarted { run_id, workflow: &workflow });
+            self.observer.event(&Event::RunStarted { run_id, workflow: &compiled.workflow.name });
         } else if status != RunStatus::Running && walking {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
         }
