@@ -402,25 +402,43 @@ impl Sent {
     }
 }
 
-/// A request on its way to a fake, and where its answer goes.
+/// A request on its way to a fake.
 struct InFlight {
     fake: Arc<dyn Fake>,
     sent: Sent,
     draws: Draws,
-    answer: Answer,
+    lookup: bool,
 }
 
+/// A fake's answer, waiting in its request's slot for the sender.
+enum Answered {
+    Call(CallOutcome),
+    Lookup(LookupOutcome),
+}
+
+/// Where a sent request's answer stands. The slot is the rendezvous between the sender and the network: a oneshot
+/// channel per request cost a heap block each.
 enum Answer {
-    Call(tokio::sync::oneshot::Sender<CallOutcome>),
-    Lookup(tokio::sync::oneshot::Sender<LookupOutcome>),
+    /// Not served yet; the sender's waker once it waits.
+    Pending(Option<std::task::Waker>),
+    Served(Answered),
+    /// The sender is gone (its worker was killed): the slot is freed once the request is served.
+    Abandoned,
+}
+
+/// One request in flight: the request until it is served, and its answer.
+struct Slot {
+    request: Option<InFlight>,
+    answer: Answer,
 }
 
 /// The requests sent and not yet arrived, served at their arrival by one task on the fakes' node ([`network`]).
 ///
 /// Once sent, a request reaches its API after the request half of its latency whatever happens to the sender: a
 /// paused worker resumes to find the answer waiting, a killed one never reads it. The sender sleeps until the answer
-/// arrives (it knows when from the draws) and then takes it. One long-lived task serves every arrival, instead of a
-/// task spawned per request with two sleeps of its own: a spawn, two polls and a wake-up fewer per call.
+/// arrives (it knows when from the draws) and then takes it from the request's slot. One long-lived task serves every
+/// arrival, instead of a task spawned per request with two sleeps of its own: a spawn, two polls and a wake-up fewer
+/// per call.
 ///
 /// The sender sets the timer that wakes the serving task at the arrival (a `Sleep` polled once with that task's
 /// waker, then dropped). This relies on madsim's timers firing whether or not their `Sleep` is still held, which is
@@ -435,8 +453,9 @@ struct Network {
 struct NetworkQueue {
     /// Arrivals, earliest first, then in send order (the same for the same seed), each naming its slot.
     arrivals: std::collections::BinaryHeap<std::cmp::Reverse<(tokio::time::Instant, u64, usize)>>,
-    /// The requests in flight; a served request's slot is reused (the last freed first, still warm).
-    slots: Vec<Option<InFlight>>,
+    /// The requests in flight and their answers; a slot is reused once its answer is taken (the last freed first,
+    /// still warm).
+    slots: Vec<Slot>,
     free: Vec<usize>,
     sent_count: u64,
     /// The serving task's waker, once it has run.
@@ -453,18 +472,25 @@ impl NetworkQueue {
             }
         }
     }
+
+    fn free_slot(&mut self, slot: usize) {
+        self.slots[slot] = Slot { request: None, answer: Answer::Pending(None) };
+        self.free.push(slot);
+    }
 }
 
 impl Network {
-    fn send(&self, arrival: tokio::time::Instant, request: InFlight) {
+    /// Queues `request` to arrive at `arrival`; returns the slot its answer will be in.
+    fn send(&self, arrival: tokio::time::Instant, request: InFlight) -> usize {
         let mut queue = self.queue.lock().expect("network queue");
+        let filled = Slot { request: Some(request), answer: Answer::Pending(None) };
         let slot = match queue.free.pop() {
             Some(slot) => {
-                queue.slots[slot] = Some(request);
+                queue.slots[slot] = filled;
                 slot
             }
             None => {
-                queue.slots.push(Some(request));
+                queue.slots.push(filled);
                 queue.slots.len() - 1
             }
         };
@@ -472,18 +498,85 @@ impl Network {
         queue.sent_count += 1;
         queue.arrivals.push(std::cmp::Reverse((arrival, order, slot)));
         queue.wake_server_at(arrival);
+        slot
     }
 
-    /// The first request whose arrival time has come, if any.
-    fn arrived(&self, now: tokio::time::Instant) -> Option<InFlight> {
+    /// The first request whose arrival time has come, if any, with its slot.
+    fn arrived(&self, now: tokio::time::Instant) -> Option<(usize, InFlight)> {
         let mut queue = self.queue.lock().expect("network queue");
         let &std::cmp::Reverse((at, _, slot)) = queue.arrivals.peek()?;
         if at > now {
             return None;
         }
         queue.arrivals.pop();
-        queue.free.push(slot);
-        queue.slots[slot].take()
+        let request = queue.slots[slot].request.take().expect("a queued request is in its slot");
+        Some((slot, request))
+    }
+
+    /// Puts a served request's answer in its slot and wakes its sender if it waits; drops it if the sender is gone.
+    fn answer(&self, slot: usize, answered: Answered) {
+        let mut queue = self.queue.lock().expect("network queue");
+        match std::mem::replace(&mut queue.slots[slot].answer, Answer::Served(answered)) {
+            Answer::Pending(Some(sender)) => sender.wake(),
+            Answer::Pending(None) => {}
+            Answer::Abandoned => queue.free_slot(slot),
+            Answer::Served(_) => unreachable!("a request is served once"),
+        }
+    }
+
+    /// The answer in `slot` once it is served (the slot is then freed); registers the sender's waker until then.
+    fn poll_answer(&self, slot: usize, cx: &mut std::task::Context<'_>) -> std::task::Poll<Answered> {
+        let mut queue = self.queue.lock().expect("network queue");
+        match &mut queue.slots[slot].answer {
+            Answer::Pending(waiter) => {
+                *waiter = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+            Answer::Served(_) => {
+                let Answer::Served(answered) = std::mem::replace(&mut queue.slots[slot].answer, Answer::Abandoned)
+                else {
+                    unreachable!("matched above")
+                };
+                queue.free_slot(slot);
+                std::task::Poll::Ready(answered)
+            }
+            Answer::Abandoned => unreachable!("only a sender abandons its slot, and it no longer polls"),
+        }
+    }
+
+    /// The sender of the request in `slot` is gone before taking its answer: the slot is freed now if the answer is
+    /// there, or once the request is served.
+    fn abandon(&self, slot: usize) {
+        let mut queue = self.queue.lock().expect("network queue");
+        match queue.slots[slot].answer {
+            Answer::Served(_) => queue.free_slot(slot),
+            Answer::Pending(_) => queue.slots[slot].answer = Answer::Abandoned,
+            Answer::Abandoned => unreachable!("a slot is abandoned once"),
+        }
+    }
+}
+
+/// A sender's claim on its request's slot: abandons the slot if the sender is dropped before it takes the answer
+/// (a killed worker's future is dropped mid-call).
+struct Awaiting<'a> {
+    network: &'a Network,
+    slot: usize,
+    taken: bool,
+}
+
+impl Awaiting<'_> {
+    async fn answer(mut self) -> Answered {
+        let answered = std::future::poll_fn(|cx| self.network.poll_answer(self.slot, cx)).await;
+        self.taken = true;
+        answered
+    }
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.network.abandon(self.slot);
+        }
     }
 }
 
@@ -503,12 +596,14 @@ async fn network(world: Arc<Shared>) {
             }
         }
         let now = world.monitor.clock.instant();
-        while let Some(InFlight { fake, sent, draws, answer }) = world.network.arrived(now) {
-            // A sender that died meanwhile dropped its receiver: the request was served all the same.
-            match answer {
-                Answer::Call(to) => drop(to.send(fake.serve_call(&sent.request(), &draws))),
-                Answer::Lookup(to) => drop(to.send(fake.serve_lookup(&sent.request(), &draws))),
-            }
+        while let Some((slot, InFlight { fake, sent, draws, lookup })) = world.network.arrived(now) {
+            // A sender that died meanwhile abandoned its slot: the request is served all the same.
+            let answered = if lookup {
+                Answered::Lookup(fake.serve_lookup(&sent.request(), &draws))
+            } else {
+                Answered::Call(fake.serve_call(&sent.request(), &draws))
+            };
+            world.network.answer(slot, answered);
         }
         std::task::Poll::<()>::Pending
     })
@@ -537,23 +632,19 @@ impl WorkerLink {
         false
     }
 
-    /// Sends `request` and returns when its answer is due: the request half of the latency, then the answer's wait.
-    /// `answer` is made with the channel the answer comes back on.
-    async fn send_and_wait<T>(
-        &self,
-        request: &Request<'_>,
-        answer: impl FnOnce(tokio::sync::oneshot::Sender<T>) -> Answer,
-    ) -> T {
+    /// Sends `request` and returns its answer when it is due: the request half of the latency, then the answer's wait.
+    async fn send_and_wait(&self, request: &Request<'_>, lookup: bool) -> Answered {
         let draws = self.inner.draw();
         let now = self.world.monitor.clock.instant();
         let arrival = now + Duration::from_millis(draws.request_ms);
         let answered = arrival + Duration::from_millis(self.inner.wait_ms(&draws));
-        let (to, from) = tokio::sync::oneshot::channel();
         let sent = Sent::of(request, &self.action_names);
-        self.world.network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, answer: answer(to) });
+        let network = &self.world.network;
+        let slot = network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, lookup });
+        let awaiting = Awaiting { network, slot, taken: false };
         tokio::time::sleep_until(answered).await;
         // Served by now, unless the answer is due the instant the request arrives and this task ran first.
-        from.await.expect("the fakes' node is never killed, so every request is answered")
+        awaiting.answer().await
     }
 }
 
@@ -576,7 +667,9 @@ impl Connector for WorkerLink {
                     retry_after_ms: None,
                 });
             }
-            let outcome = self.send_and_wait(&request, Answer::Call).await;
+            let Answered::Call(outcome) = self.send_and_wait(&request, false).await else {
+                unreachable!("a call is answered with an outcome")
+            };
             if self.cut() {
                 // The request went out; the cut swallowed the answer.
                 return CallOutcome::Indeterminate("connection reset after send (network cut)".into());
@@ -591,7 +684,9 @@ impl Connector for WorkerLink {
                 return LookupOutcome::Failed("connection refused (network cut)".into());
             }
             let start = self.world.monitor.clock.now_ms();
-            let found = self.send_and_wait(&request, Answer::Lookup).await;
+            let Answered::Lookup(found) = self.send_and_wait(&request, true).await else {
+                unreachable!("a lookup is answered with what it found")
+            };
             let spent = self.world.monitor.clock.now_ms() - start;
             self.world.monitor.lock().extra_lookup_ms_total += spent;
             if self.cut() {
@@ -1461,4 +1556,78 @@ pub fn policy_name(policy: Policy) -> &'static str {
 pub fn simulate(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let runtime = madsim::runtime::Runtime::with_seed_and_config(config.seed, madsim::Config::default());
     runtime.block_on(run_world(config, progress))
+}
+
+#[cfg(all(test, madsim))]
+mod tests {
+    use super::*;
+    use connectors_fake::FakeKind;
+    use connectors_fake::profile::FaultProfile;
+    use connectors_fake::truth::RecordingSink;
+    use engine::clock::RuntimeClock;
+
+    fn payouts() -> (Arc<dyn Fake>, Arc<RecordingSink>) {
+        let clock: Arc<dyn Clock> = Arc::new(RuntimeClock::new(0));
+        let sink = Arc::new(RecordingSink::new());
+        (FakeKind::Payouts.connector("payouts", FaultProfile::default(), Rng::new(1), clock, sink.clone()), sink)
+    }
+
+    fn send(network: &Network, fake: &Arc<dyn Fake>, at: tokio::time::Instant) -> usize {
+        let inputs = Arc::new(serde_json::json!({ "amount": 5 }));
+        let key = Key([9; 32]);
+        let request = Request {
+            action: FakeKind::Payouts.create_action(),
+            inputs: &inputs,
+            key: &key,
+            run_id: "run-1",
+            attempt: 1,
+        };
+        network
+            .send(at, InFlight { fake: fake.clone(), sent: Sent::of(&request, &[]), draws: fake.draw(), lookup: false })
+    }
+
+    /// Serves the next arrived request and puts its answer in its slot.
+    fn serve_next(network: &Network, now: tokio::time::Instant) -> usize {
+        let (slot, InFlight { fake, sent, draws, .. }) = network.arrived(now).expect("a request has arrived");
+        network.answer(slot, Answered::Call(fake.serve_call(&sent.request(), &draws)));
+        slot
+    }
+
+    #[madsim::test]
+    async fn a_request_slot_is_freed_whether_its_sender_takes_the_answer_or_is_gone() {
+        let network = Network::default();
+        let (fake, sink) = payouts();
+        let now = madsim::time::TimeHandle::current().now_instant();
+        // Taken: the sender waits before the answer is there, is woken by it, and takes it.
+        let slot = send(&network, &fake, now);
+        let woken = Arc::new(AtomicBool::new(false));
+        struct Flag(Arc<AtomicBool>);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Flag(woken.clone())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(network.poll_answer(slot, &mut cx).is_pending());
+        assert!(network.arrived(now - Duration::from_millis(1)).is_none(), "nothing arrives before its time");
+        assert_eq!(serve_next(&network, now), slot);
+        assert!(woken.load(Ordering::Relaxed), "the waiting sender is woken by its answer");
+        let answered = Awaiting { network: &network, slot, taken: false }.answer().await;
+        assert!(matches!(answered, Answered::Call(CallOutcome::Applied(_))));
+        // Gone before its request is served: the request is still served (its effect commits), then the slot freed.
+        let gone_early = send(&network, &fake, now);
+        drop(Awaiting { network: &network, slot: gone_early, taken: false });
+        assert_eq!(serve_next(&network, now), gone_early);
+        // Gone after its answer came.
+        let gone_late = send(&network, &fake, now);
+        serve_next(&network, now);
+        drop(Awaiting { network: &network, slot: gone_late, taken: false });
+        let queue = network.queue.lock().expect("network queue");
+        assert_eq!(queue.slots.len(), 1, "each request reused the slot the previous one freed");
+        assert_eq!(queue.free, [0]);
+        assert!(queue.arrivals.is_empty());
+        drop(queue);
+        assert_eq!(sink.effects_for(&Key([9; 32])), 3, "every sent request was served, its sender there or not");
+    }
 }
