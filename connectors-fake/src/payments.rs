@@ -25,6 +25,7 @@ use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
 use engine::fastmap::FastMap;
 use engine::json::object;
+use engine::ledger::CompactString;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,11 +57,8 @@ enum Stored {
     ServerError,
 }
 
-#[derive(Debug, Default)]
-struct RunRecords {
-    keys: Vec<Arc<str>>,
-    objects: Vec<Arc<str>>,
-}
+/// A run's idempotency keys, each with the id of the object its first request created (one list: they come in pairs).
+type RunRecords = Vec<(Arc<str>, Arc<str>)>;
 
 #[derive(Debug)]
 struct KeyRecord {
@@ -86,8 +84,8 @@ pub struct Payments {
     /// Keys by (expiry time, sequence number), for expiry. A forgotten run's keys leave this index too, so memory is
     /// bounded by the keys of unfinished runs rather than by everything stored in the last retention window.
     expiry: BTreeMap<(u64, u64), Arc<str>>,
-    /// Each run's keys and object ids, so a finished run's records can be dropped.
-    by_run: FastMap<String, RunRecords>,
+    /// Each run's keys and object ids, so a finished run's records can be dropped (run ids up to 24 bytes inline).
+    by_run: FastMap<CompactString, RunRecords>,
     customers: SearchIndex,
     /// Objects by id; the id is one shared string here and under its run.
     objects_by_id: FastMap<Arc<str>, Arc<Value>>,
@@ -222,12 +220,15 @@ impl Payments {
             },
         );
         self.expiry.insert(expiry_slot, idempotency_key.clone());
-        if !self.by_run.contains_key(request.run_id) {
-            self.by_run.insert(request.run_id.to_string(), RunRecords::default());
+        match self.by_run.get_mut(request.run_id) {
+            Some(run) => run.push((idempotency_key, shared_id)),
+            None => {
+                // Room for a second create in the same run (a customer and a charge).
+                let mut run = Vec::with_capacity(2);
+                run.push((idempotency_key, shared_id));
+                self.by_run.insert(request.run_id.into(), run);
+            }
         }
-        let run = self.by_run.get_mut(request.run_id).expect("inserted above");
-        run.keys.push(idempotency_key);
-        run.objects.push(shared_id);
         let effect = Effect::of(&self.name, &self.action_names[action], request, &object_id, cx.now_ms, visible_ms);
         let event = WebhookEvent {
             source: self.name.clone(),
@@ -275,13 +276,10 @@ impl Api for Payments {
     }
 
     fn forget_run(&mut self, run_id: &str) {
-        let run = self.by_run.remove(run_id).unwrap_or_default();
-        for key in run.keys {
+        for (key, object_id) in self.by_run.remove(run_id).unwrap_or_default() {
             if let Some(record) = self.keys.remove(&*key) {
                 self.expiry.remove(&record.expiry_slot);
             }
-        }
-        for object_id in run.objects {
             self.objects_by_id.remove(&*object_id);
         }
         self.customers.forget_run(run_id);

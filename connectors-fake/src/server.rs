@@ -325,7 +325,8 @@ pub struct SearchIndex {
     /// A term is held twice, here and under its run, rather than shared: a 64-character key spelled in hex is one
     /// cache line as a `String`'s block and two as an `Arc<str>`'s (measured: more misses shared than copied).
     by_term: engine::fastmap::FastMap<String, OneOrMore<Indexed>>,
-    terms_by_run: engine::fastmap::FastMap<String, Vec<String>>,
+    /// Run ids up to 24 bytes are held inline.
+    terms_by_run: engine::fastmap::FastMap<CompactString, Vec<String>>,
 }
 
 /// One object in a [`SearchIndex`] (its id is in its record).
@@ -343,7 +344,7 @@ impl SearchIndex {
         match self.terms_by_run.get_mut(run_id) {
             Some(terms) => terms.push(term.clone()),
             None => {
-                self.terms_by_run.insert(run_id.to_owned(), vec![term.clone()]);
+                self.terms_by_run.insert(run_id.into(), vec![term.clone()]);
             }
         }
         // The term is owned already, so one `entry` serves both cases with a single lookup.

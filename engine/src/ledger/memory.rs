@@ -36,10 +36,10 @@ struct Inner {
     plans: FastMap<Key, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
     plans_by_run: FastMap<CompactString, Vec<Key>>,
-    runs: FastMap<String, RunRecord>,
+    runs: FastMap<CompactString, RunRecord>,
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run (it sorts them).
-    unfinished: FastSet<String>,
-    paused: FastSet<String>,
+    unfinished: FastSet<CompactString>,
+    paused: FastSet<CompactString>,
     /// (source, event id) → inbox row. Rows live for the inbox retention (days), so a simulation at many times the
     /// production rate holds millions: they are kept small, keyed by a 128-bit hash of the strings (see [`Ident`]).
     inbox: FastMap<Ident, InboxRow>,
@@ -183,21 +183,21 @@ impl Inner {
         }
         match new {
             RunStatus::Pending | RunStatus::Running => {
-                self.unfinished.insert(run_id.to_owned());
+                self.unfinished.insert(run_id.into());
             }
             RunStatus::Paused => {
-                self.paused.insert(run_id.to_owned());
+                self.paused.insert(run_id.into());
             }
             RunStatus::Succeeded | RunStatus::Failed => {}
         }
     }
 
     fn insert_run(&mut self, run: RunRecord) -> bool {
-        if self.runs.contains_key(&run.run_id) {
+        if self.runs.contains_key(run.run_id.as_str()) {
             return false;
         }
         self.set_run_indexes(&run.run_id, None, run.status);
-        self.runs.insert(run.run_id.clone(), run);
+        self.runs.insert(run.run_id.as_str().into(), run);
         true
     }
 
@@ -230,8 +230,8 @@ fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, k
 const RUN_KEYS_CAPACITY: usize = 4;
 
 /// The ids of a set, sorted (the listings promise id order).
-fn sorted(ids: &FastSet<String>) -> Vec<String> {
-    let mut out: Vec<String> = ids.iter().cloned().collect();
+fn sorted(ids: &FastSet<CompactString>) -> Vec<String> {
+    let mut out: Vec<String> = ids.iter().map(CompactString::to_string).collect();
     out.sort_unstable();
     out
 }
