@@ -128,8 +128,7 @@ pub enum Completion {
 }
 
 impl Completion {
-    /// What the record's `output` and `error` become: the output of a success, the error or reason otherwise.
-    /// [`Completion::output_and_error`], owned.
+    /// [`Completion::output_and_error`], owned: what a record keeps.
     pub(crate) fn into_output_and_error(self) -> (Option<Vec<u8>>, Option<String>) {
         match self {
             Completion::Succeeded { output } => (Some(output), None),
@@ -138,6 +137,7 @@ impl Completion {
         }
     }
 
+    /// What the record's `output` and `error` become: the output of a success, the error or reason otherwise.
     pub(crate) fn output_and_error(&self) -> (Option<&[u8]>, Option<&str>) {
         match self {
             Completion::Succeeded { output } => (Some(output), None),
