@@ -527,21 +527,16 @@ impl Network {
     /// The answer in `slot` once it is served (the slot is then freed); registers the sender's waker until then.
     fn poll_answer(&self, slot: usize, cx: &mut std::task::Context<'_>) -> std::task::Poll<Answered> {
         let mut queue = self.queue.lock().expect("network queue");
-        match &mut queue.slots[slot].answer {
-            Answer::Pending(waiter) => {
-                *waiter = Some(cx.waker().clone());
-                std::task::Poll::Pending
-            }
-            Answer::Served(_) => {
-                let Answer::Served(answered) = std::mem::replace(&mut queue.slots[slot].answer, Answer::Abandoned)
-                else {
-                    unreachable!("matched above")
-                };
-                queue.free_slot(slot);
-                std::task::Poll::Ready(answered)
-            }
-            Answer::Abandoned => unreachable!("only a sender abandons its slot, and it no longer polls"),
+        let answer = &mut queue.slots[slot].answer;
+        if let Answer::Pending(waiter) = answer {
+            *waiter = Some(cx.waker().clone());
+            return std::task::Poll::Pending;
         }
+        let Answer::Served(answered) = std::mem::replace(answer, Answer::Abandoned) else {
+            unreachable!("only a sender abandons its slot, and it no longer polls")
+        };
+        queue.free_slot(slot);
+        std::task::Poll::Ready(answered)
     }
 
     /// The sender of the request in `slot` is gone before taking its answer: the slot is freed now if the answer is
