@@ -50,7 +50,7 @@ use crate::event::{CrashPoint, Event, Observer};
 use crate::key::{self, Key};
 use crate::ledger::{self, Claim, Claimed, Completion, Ledger, Resolution, ResolutionRecord, RunRecord, Status};
 use crate::webhook;
-use crate::workflow::{self, StepKind, Template, Workflow};
+use crate::workflow::{self, StepKind, StepOutput, Template, Workflow};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -173,11 +173,24 @@ struct Compiled {
     kinds: Vec<CompiledKind>,
 }
 
-/// How one key (or one step) ended in this drive.
-enum KeyEnd {
-    Done(Arc<Value>),
+/// How one key (`T`: its output) or one step ([`StepEnd`]) ended in this drive.
+enum End<T> {
+    Done(T),
     Paused { reason: String, key: Key },
     Failed { reason: String },
+}
+
+type KeyEnd = End<Arc<Value>>;
+type StepEnd = End<StepOutput>;
+
+impl<T> End<T> {
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> End<U> {
+        match self {
+            End::Done(output) => End::Done(f(output)),
+            End::Paused { reason, key } => End::Paused { reason, key },
+            End::Failed { reason } => End::Failed { reason },
+        }
+    }
 }
 
 /// Where a drive gets the run's trigger.
@@ -684,7 +697,7 @@ impl Engine {
         let trigger = held_trigger
             .or(stored_trigger.as_ref())
             .expect("parsed above unless an edited trigger or the stored document is given");
-        let mut outputs: Vec<Arc<Value>> = Vec::with_capacity(compiled.kinds.len());
+        let mut outputs: Vec<StepOutput> = Vec::with_capacity(compiled.kinds.len());
         for (step, kind) in compiled.workflow.steps.iter().zip(&compiled.kinds) {
             let end = match kind {
                 CompiledKind::Action(bound) => {
@@ -703,13 +716,13 @@ impl Engine {
                 }
             };
             match end {
-                KeyEnd::Done(output) => outputs.push(output),
-                KeyEnd::Paused { reason, key } => {
+                End::Done(output) => outputs.push(output),
+                End::Paused { reason, key } => {
                     self.ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), self.clock.now_ms())?;
                     self.observer.event(&Event::RunPaused { run_id, step_id: &step.id, key: &key, reason: &reason });
                     return Ok(RunStatus::Paused);
                 }
-                KeyEnd::Failed { reason } => {
+                End::Failed { reason } => {
                     self.ledger.set_run_status(run_id, RunStatus::Failed, Some(&reason), self.clock.now_ms())?;
                     self.observer.event(&Event::RunFailed { run_id, reason: &reason });
                     return Ok(RunStatus::Failed);
@@ -729,20 +742,20 @@ impl Engine {
         bound: &Bound,
         template: &Template,
         trigger: &Value,
-        outputs: &[Arc<Value>],
-    ) -> Result<KeyEnd, Error> {
+        outputs: &[StepOutput],
+    ) -> Result<StepEnd, Error> {
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
         let (key, inputs_hash) = match key::step_key_and_inputs_hash(run_id, &step.id, &inputs, &step.volatile) {
             Ok(keyed) => keyed,
             Err(e) => return Ok(self.unkeyable(&step.id, &e)),
         };
         let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash };
-        self.run_key(&job).await
+        Ok(self.run_key(&job).await?.map(StepOutput::One))
     }
 
     /// A step whose inputs cannot be canonicalised has no key and cannot be sent: it fails (nothing was applied).
-    fn unkeyable(&self, step_id: &str, e: &canonical::Error) -> KeyEnd {
-        KeyEnd::Failed { reason: format!("step {step_id}: its inputs cannot be canonicalised: {e}") }
+    fn unkeyable<T>(&self, step_id: &str, e: &canonical::Error) -> End<T> {
+        End::Failed { reason: format!("step {step_id}: its inputs cannot be canonicalised: {e}") }
     }
 
     async fn run_writes_step(
@@ -751,8 +764,8 @@ impl Engine {
         step: &workflow::Step,
         writes: &[(String, Template)],
         trigger: &Value,
-        outputs: &[Arc<Value>],
-    ) -> Result<KeyEnd, Error> {
+        outputs: &[StepOutput],
+    ) -> Result<StepEnd, Error> {
         let plan = Value::Array(
             writes
                 .iter()
@@ -813,8 +826,8 @@ impl Engine {
         planner: &Arc<dyn Planner>,
         template: &Template,
         trigger: &Value,
-        outputs: &[Arc<Value>],
-    ) -> Result<KeyEnd, Error> {
+        outputs: &[StepOutput],
+    ) -> Result<StepEnd, Error> {
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
         let step_key = match key::step_key_without(run_id, &step.id, &inputs, &step.volatile) {
             Ok(k) => k,
@@ -840,7 +853,7 @@ impl Engine {
                 }
             };
             if let Some(unknown) = proposed.iter().find(|a| !self.actions.contains_key(&a.action)) {
-                return Ok(KeyEnd::Failed {
+                return Ok(End::Failed {
                     reason: format!("step {}: the planner proposed unknown action {:?}", step.id, unknown.action),
                 });
             }
@@ -855,7 +868,7 @@ impl Engine {
             let built = (!reused && reads_back(&plan)).then_some(proposed);
             return self.run_plan(run_id, step, step_key, &in_force, reused, built).await;
         }
-        Ok(KeyEnd::Failed {
+        Ok(End::Failed {
             reason: format!(
                 "step {}: the planner failed {} times: {last_error}",
                 step.id, self.config.plan_attempt_count_max
@@ -873,7 +886,7 @@ impl Engine {
         plan: &[u8],
         reused: bool,
         built: Option<Vec<PlannedAction>>,
-    ) -> Result<KeyEnd, Error> {
+    ) -> Result<StepEnd, Error> {
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
         let writes: Vec<PlannedAction> = match built {
             Some(writes) => writes,
@@ -904,11 +917,11 @@ impl Engine {
                 inputs_hash: *blake3::hash(&canonical).as_bytes(),
             };
             match self.run_key(&job).await? {
-                KeyEnd::Done(output) => outputs.push(Arc::unwrap_or_clone(output)),
-                other => return Ok(other),
+                End::Done(output) => outputs.push(output),
+                other => return Ok(other.map(StepOutput::One)),
             }
         }
-        Ok(KeyEnd::Done(Arc::new(Value::Array(outputs))))
+        Ok(End::Done(StepOutput::Writes(outputs)))
     }
 
     /// Reads the first-attempt time of a keyed key, recorded when it was first retried.
@@ -962,7 +975,7 @@ impl Engine {
                         let output: Value = serde_json::from_slice(bytes)
                             .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
                         self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
-                        return Ok(KeyEnd::Done(Arc::new(output)));
+                        return Ok(End::Done(Arc::new(output)));
                     }
                     Decision::WaitUntil { until_ms } => Next::Sleep(until_ms.saturating_sub(now_ms)),
                     Decision::Backoff { delay_ms } => {
@@ -976,7 +989,7 @@ impl Engine {
                             _ => None,
                         };
                         let Some(resolution) = pending else {
-                            return Ok(KeyEnd::Paused { reason: format!("{reason} [key {key}]"), key });
+                            return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
                         };
                         resolution_used = true;
                         self.observer.event(&Event::RunResolved {
@@ -986,7 +999,7 @@ impl Engine {
                         });
                         match resolution.resolution {
                             Resolution::Abort => {
-                                return Ok(KeyEnd::Failed { reason: format!("aborted by {}", resolution.by) });
+                                return Ok(End::Failed { reason: format!("aborted by {}", resolution.by) });
                             }
                             Resolution::Retry => {
                                 person_retry = true;
@@ -1005,7 +1018,7 @@ impl Engine {
                                                 key: &key,
                                                 action: &bound.full,
                                             });
-                                            return Ok(KeyEnd::Done(Arc::new(output)));
+                                            return Ok(End::Done(Arc::new(output)));
                                         }
                                     }
                                     // The record moved: read again; the resolution still applies.
@@ -1015,7 +1028,7 @@ impl Engine {
                         }
                         Next::Again
                     }
-                    Decision::Fail(reason) => return Ok(KeyEnd::Failed { reason }),
+                    Decision::Fail(reason) => return Ok(End::Failed { reason }),
                     Decision::Attempt { expected_fence, lookup_first } => {
                         if keyed_rules
                             && let Some(r) = &record
@@ -1174,11 +1187,11 @@ impl Engine {
             }
             if let (Outcome::Applied(output), true) = (outcome, succeeded) {
                 self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
-                return Ok(KeyEnd::Done(output));
+                return Ok(End::Done(output));
             }
             last = Some(LastCall { ended_ms, retry_after_ms });
         }
-        Ok(KeyEnd::Paused {
+        Ok(End::Paused {
             reason: format!(
                 "step {step_id}: no decision reached within {} tries (a lease held elsewhere, or conflicts) [key {key}]",
                 self.config.decision_count_max
@@ -1236,7 +1249,7 @@ impl Engine {
                 };
                 if self.complete_or_lost(&key, fence, Completion::Succeeded { output: bytes }, now_ms)? {
                     self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
-                    return Ok(Some(KeyEnd::Done(output)));
+                    return Ok(Some(End::Done(output)));
                 }
                 Ok(None)
             }

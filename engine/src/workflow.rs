@@ -304,20 +304,40 @@ fn compile_reference(text: &str, earlier: &[&str]) -> Result<Reference, String> 
     }
 }
 
+/// A finished step's output as the templates of later steps see it: an action or agent step's document, or a writes
+/// step's list of its writes' outputs. The list holds each write's output as the write returned it, shared with whoever
+/// else holds it (a fake's stored response, say), instead of deep-copying every output into one array document;
+/// templates see exactly the array `[output 0, output 1, …]`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutput {
+    One(Arc<Value>),
+    Writes(Vec<Arc<Value>>),
+}
+
+/// A writes step's outputs as the one array document a template that names the whole output gets (copied: rare).
+fn writes_array(outputs: &[Arc<Value>]) -> Value {
+    Value::Array(outputs.iter().map(|output| Value::clone(output)).collect())
+}
+
 /// Renders a template against the trigger and the outputs of the earlier steps (by index).
-pub fn render(template: &Template, trigger: &Value, outputs: &[Arc<Value>]) -> Value {
+pub fn render(template: &Template, trigger: &Value, outputs: &[StepOutput]) -> Value {
     match template {
         Template::Literal(value) => value.clone(),
-        Template::Reference(reference) => resolve(reference, trigger, outputs).cloned().unwrap_or(Value::Null),
+        Template::Reference(reference) => match resolve(reference, trigger, outputs) {
+            Some(Resolved::Value(value)) => value.clone(),
+            Some(Resolved::Writes(outputs)) => writes_array(outputs),
+            None => Value::Null,
+        },
         Template::Interpolated(parts) => {
             let mut text = String::new();
             for part in parts {
                 match part {
                     Part::Text(t) => text.push_str(t),
                     Part::Reference(reference) => match resolve(reference, trigger, outputs) {
-                        Some(Value::String(s)) => text.push_str(s),
-                        Some(Value::Null) | None => {}
-                        Some(other) => text.push_str(&other.to_string()),
+                        Some(Resolved::Value(Value::String(s))) => text.push_str(s),
+                        Some(Resolved::Value(Value::Null)) | None => {}
+                        Some(Resolved::Value(other)) => text.push_str(&other.to_string()),
+                        Some(Resolved::Writes(outputs)) => text.push_str(&writes_array(outputs).to_string()),
                     },
                 }
             }
@@ -336,19 +356,33 @@ pub fn render(template: &Template, trigger: &Value, outputs: &[Arc<Value>]) -> V
     }
 }
 
-fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [Arc<Value>]) -> Option<&'v Value> {
+/// What a reference names: a value inside a document, or the whole of a writes step's output.
+enum Resolved<'v> {
+    Value(&'v Value),
+    Writes(&'v [Arc<Value>]),
+}
+
+fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [StepOutput]) -> Option<Resolved<'v>> {
+    let mut path = reference.path.iter();
     let mut value = match reference.source {
         Source::Trigger => trigger,
-        Source::Step(index) => &**outputs.get(index)?,
+        Source::Step(index) => match outputs.get(index)? {
+            StepOutput::One(value) => value,
+            // The first segment indexes the writes, as it would index the array of their outputs.
+            StepOutput::Writes(writes) => match path.next() {
+                Some(segment) => &**writes.get(segment.parse::<usize>().ok()?)?,
+                None => return Some(Resolved::Writes(writes)),
+            },
+        },
     };
-    for segment in &reference.path {
+    for segment in path {
         value = match value {
             Value::Object(map) => map.get(segment)?,
             Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
             _ => return None,
         };
     }
-    Some(value)
+    Some(Resolved::Value(value))
 }
 
 #[cfg(test)]
@@ -371,8 +405,42 @@ mod tests {
         assert_eq!(render(inputs, &trigger, &[]), json!({"n": 7, "s": "id-7-z"}));
         let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
         assert_eq!(
-            render(inputs, &trigger, &[Arc::new(json!({"list": [0, {"k": true}]}))]),
+            render(inputs, &trigger, &[StepOutput::One(Arc::new(json!({"list": [0, {"k": true}]})))]),
             json!({"from": {"k": true}, "lit": [1, "x"]})
+        );
+    }
+
+    #[test]
+    fn a_writes_steps_outputs_render_as_the_array_of_them() {
+        let wf = Workflow::from_json(
+            &json!({"name": "w", "steps": [
+                {"id": "w", "writes": [{"action": "c.x", "inputs": {}}, {"action": "c.y", "inputs": {}}]},
+                {"id": "a", "action": "c.z", "inputs": {
+                    "second": "{{steps.w.output.1.id}}",
+                    "all": "{{steps.w.output}}",
+                    "text": "got {{steps.w.output.0.id}} of {{steps.w.output}}",
+                    "past_the_end": "{{steps.w.output.2.id}}",
+                    "not_an_index": "{{steps.w.output.id}}"
+                }}
+            ]})
+            .to_string(),
+        )
+        .expect("valid");
+        let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
+        let writes = vec![Arc::new(json!({"id": "ch_1"})), Arc::new(json!({"id": "re_2", "n": 2}))];
+        let as_writes = render(inputs, &json!({}), &[StepOutput::Writes(writes.clone())]);
+        let array = Value::Array(writes.iter().map(|w| Value::clone(w)).collect());
+        // Exactly what the same outputs give as one array document.
+        assert_eq!(as_writes, render(inputs, &json!({}), &[StepOutput::One(Arc::new(array.clone()))]));
+        assert_eq!(
+            as_writes,
+            json!({
+                "second": "re_2",
+                "all": array,
+                "text": format!("got ch_1 of {array}"),
+                "past_the_end": null,
+                "not_an_index": null
+            })
         );
     }
 
