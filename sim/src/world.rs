@@ -824,11 +824,19 @@ impl Shared {
         engine
     }
 
-    /// A drive of `run_id` by this worker incarnation ended with `status`.
-    async fn driver_ended(self: &Arc<Self>, engine: &Engine, me: Driver, run_id: &str, status: RunStatus) {
+    /// A drive of `run_id` by this worker incarnation ended with `status`, and a person resolves it (`person`: decided
+    /// once per run by [`Shared::person_resolves`]) or it is replayed; every other drive goes at once (`start_drive`).
+    async fn driver_ended(
+        self: &Arc<Self>,
+        engine: &Engine,
+        me: Driver,
+        run_id: &str,
+        status: RunStatus,
+        person: bool,
+    ) {
         let mut status = status;
         // A person looks at some paused runs after a while and resolves them from the external system's truth.
-        if status == RunStatus::Paused && self.person_resolves(run_id) {
+        if person {
             tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
             let resolution = self.person_decision(run_id);
             // Boxed, as is the replay below: both are rare, and inline they would make every drive task (which holds
@@ -845,6 +853,12 @@ impl Shared {
                 Err(e) => self.engine_error(format!("replay {run_id}: {e}")),
             }
         }
+        self.driver_gone(me, run_id, status);
+    }
+
+    /// A drive of `run_id` by this worker incarnation is over with `status`: the run is finished once its last live
+    /// driver goes.
+    fn driver_gone(&self, me: Driver, run_id: &str, status: RunStatus) {
         let last = {
             let incarnations = self.incarnations.lock().expect("incarnations");
             let mut drivers = self.drivers.lock().expect("drivers");
@@ -1021,8 +1035,14 @@ fn start_drive(
                 RunStatus::Failed
             }
         };
-        // Boxed too: held inline, its state would make every drive's task larger for the whole of the drive.
-        pin_in_place(|| world.driver_ended(&engine, me, &run_id, status)).await;
+        // Most drives end here and now; a person's resolution or a replay waits in simulated time, in a boxed
+        // future (held inline, its state would make every drive's task larger for the whole of the drive).
+        let person = status == RunStatus::Paused && world.person_resolves(&run_id);
+        if person || (status == RunStatus::Succeeded && world.replays(&run_id)) {
+            pin_in_place(|| world.driver_ended(&engine, me, &run_id, status, person)).await;
+        } else {
+            world.driver_gone(me, &run_id, status);
+        }
     });
 }
 
