@@ -482,6 +482,49 @@ async fn two_workers_driving_one_run_execute_each_key_once() {
     }
 }
 
+/// A run's first drive claims its keys without reading them first (they are almost always new). When a key of a
+/// run never driven is recorded already, that claim changes nothing and the drive reads the record and decides on it
+/// as any drive would: a succeeded key replays, a failed one is retried under the next fence.
+#[tokio::test]
+async fn a_first_drive_decides_on_a_key_that_is_recorded_already() {
+    for (ledger_name, ledger) in ledgers() {
+        let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+        let wf = json!({"name": "wf", "steps": [{"id": "a", "action": "api.charge", "inputs": {"n": 1}}]});
+        let recorder = Recorder::new();
+        let engine = engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[wf]);
+
+        // Succeeded already: a run set back to pending (never driven, as far as its status says) replays it.
+        assert_eq!(engine.start_run("wf", "r1", &json!({})).await.unwrap(), RunStatus::Succeeded);
+        ledger.set_run_status("r1", RunStatus::Pending, None, 0).unwrap();
+        assert_eq!(engine.drive("r1").await.unwrap(), RunStatus::Succeeded, "{ledger_name}");
+        assert_eq!(connector.calls().len(), 1, "{ledger_name}: a recorded success is not sent again");
+        assert_eq!(recorder.count("replayed "), 1, "{ledger_name}");
+
+        // Failed already (another worker's attempt, definitely not applied): retried once, at fence 2.
+        assert!(engine.create_run("wf", "r2", &json!({})).unwrap());
+        let key = key::step_key("r2", "a", &json!({"n": 1})).unwrap();
+        let claim = engine::ledger::Claim {
+            key,
+            run_id: "r2",
+            step_id: "a",
+            action: "api.charge",
+            inputs_hash: [0; 32],
+            worker: "w0",
+            now_ms: 0,
+            lease_ms: 40,
+            expected_fence: 0,
+            durable: false,
+        };
+        assert_eq!(ledger.claim(&claim).unwrap(), engine::ledger::Claimed::Granted { fence: 1, attempt: 1 });
+        let failed = engine::ledger::Completion::Failed { error: "503 before processing".into() };
+        ledger.complete(&key, 1, failed, 1).unwrap();
+        assert_eq!(engine.drive("r2").await.unwrap(), RunStatus::Succeeded, "{ledger_name}");
+        assert_eq!(connector.calls().len(), 2, "{ledger_name}: one call for r2");
+        let record = ledger.get(&key).unwrap().expect("recorded");
+        assert_eq!((record.status, record.fence, record.attempt_count), (Status::Succeeded, 2, 2), "{ledger_name}");
+    }
+}
+
 #[tokio::test]
 async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
     // (class, crash point, status after a restarted worker resumes, calls, effects)
