@@ -1112,7 +1112,7 @@ impl Engine {
                 }
                 // Nothing found (create now), or the lookup failed and was recorded (read again).
                 let mut moved = false;
-                self.ledger.inspect(&key, &mut |r| {
+                self.ledger.inspect_outcome(&key, &mut |r| {
                     moved = r.is_some_and(|r| r.fence != fence || r.status != Status::Started);
                 })?;
                 if moved {

@@ -667,27 +667,38 @@ fn memory_forget_run_leaves_no_entry_behind() {
     }
 }
 
-/// `inspect_outcome` lends what `get` holds: the status and the output, for every state a key can be in.
+/// `inspect_outcome` lends what `get` holds: the status, the fence and the output, for every state a key can be in
+/// (a key claimed again after a failure too, at fence 2).
 fn inspect_outcome_lends_status_and_output(f: Fixture) {
     let l = &*f.ledger;
     let completions =
         [None, Some(succeeded("{\"id\":\"ch_1\"}")), Some(succeeded("")), Some(failed()), Some(unknown())];
+    let outcome_of = |k: &Key| {
+        let mut lent = None;
+        l.inspect_outcome(k, &mut |outcome| {
+            lent = Some(outcome.map(|o| (o.status, o.fence, o.output.map(<[u8]>::to_vec))))
+        })
+        .unwrap();
+        lent
+    };
+    let expected_of = |k: &Key| {
+        let record = l.get(k).unwrap().expect("claimed");
+        let expected = StepOutcome::of(&record);
+        Some(Some((expected.status, expected.fence, expected.output.map(<[u8]>::to_vec))))
+    };
     for (i, completion) in completions.iter().enumerate() {
         let k = key(i as u8 + 1);
         granted(l.claim(&claim_of(k, "run-1", "w1", 10, 0)));
         if let Some(completion) = completion {
             l.complete(&k, 1, completion.clone(), 20).unwrap();
         }
-        let record = l.get(&k).unwrap().expect("claimed");
-        let mut lent = None;
-        l.inspect_outcome(&k, &mut |outcome| lent = Some(outcome.map(|o| (o.status, o.output.map(<[u8]>::to_vec)))))
-            .unwrap();
-        let expected = StepOutcome::of(&record);
-        assert_eq!(lent, Some(Some((expected.status, expected.output.map(<[u8]>::to_vec)))), "completion {i}");
+        assert_eq!(outcome_of(&k), expected_of(&k), "completion {i}");
     }
-    let mut lent = None;
-    l.inspect_outcome(&key(99), &mut |outcome| lent = Some(outcome.is_none())).unwrap();
-    assert_eq!(lent, Some(true), "None for a key with no record");
+    let again = key(4); // failed above: claimed again under the next fence
+    granted(l.claim(&claim_of(again, "run-1", "w2", 30, 1)));
+    assert_eq!(outcome_of(&again), Some(Some((Status::Started, 2, None))));
+    assert_eq!(outcome_of(&again), expected_of(&again));
+    assert_eq!(outcome_of(&key(99)), Some(None), "None for a key with no record");
 }
 
 /// Completing an attempt releases its lease to `min(lease, now)`, whatever the lease (a lease past `i64::MAX` too),

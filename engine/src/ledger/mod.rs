@@ -77,13 +77,15 @@ pub struct StepRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepOutcome<'a> {
     pub status: Status,
+    /// The fence of the latest claim: with the status, whether the record moved since a claim.
+    pub fence: u64,
     /// Canonical JSON of the output, when succeeded.
     pub output: Option<&'a [u8]>,
 }
 
 impl<'a> StepOutcome<'a> {
     pub fn of(record: &'a StepRecord) -> Self {
-        Self { status: record.status, output: record.output.as_deref() }
+        Self { status: record.status, fence: record.fence, output: record.output.as_deref() }
     }
 }
 
@@ -288,8 +290,9 @@ pub trait Ledger: Send + Sync {
         read(self.get(key)?.as_ref());
         Ok(())
     }
-    /// Calls `read` with the status and stored output of `key` (or `None`): what a checker of outcomes needs, read
-    /// without building the whole record where the ledger can (SQLite reads two columns). The same rule as
+    /// Calls `read` with the status, fence and stored output of `key` (or `None`): what a checker of outcomes, or a
+    /// claimant asking whether its record moved, needs, read without building the whole record where the ledger can
+    /// (SQLite reads three columns). The same rule as
     /// [`Ledger::inspect`]: `read` must not call the ledger.
     fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
         self.inspect(key, &mut |record| read(record.map(StepOutcome::of)))

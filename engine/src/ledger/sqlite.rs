@@ -648,8 +648,9 @@ impl Ledger for SqliteLedger {
 
     fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
         self.read(|conn| {
-            // Two columns, the output borrowed from SQLite's row: no record is built.
-            let mut stmt = conn.prepare_cached("SELECT status, output FROM steps WHERE key = ?1").map_err(storage)?;
+            // Three columns, the output borrowed from SQLite's row: no record is built.
+            let mut stmt =
+                conn.prepare_cached("SELECT status, fence, output FROM steps WHERE key = ?1").map_err(storage)?;
             let mut rows = stmt.query([&key.0[..]]).map_err(storage)?;
             let Some(row) = rows.next().map_err(storage)? else {
                 read(None);
@@ -657,8 +658,9 @@ impl Ledger for SqliteLedger {
             };
             let column = |i: usize| row.get_ref(i).map_err(storage);
             let status = parse_status(column(0)?.as_str().map_err(|e| corrupt(format!("a step status: {e}")))?)?;
-            let output = column(1)?.as_blob_or_null().map_err(|e| corrupt(format!("a step output: {e}")))?;
-            read(Some(StepOutcome { status, output }));
+            let fence = from_sql(column(1)?.as_i64().map_err(|e| corrupt(format!("a step fence: {e}")))?);
+            let output = column(2)?.as_blob_or_null().map_err(|e| corrupt(format!("a step output: {e}")))?;
+            read(Some(StepOutcome { status, fence, output }));
             Ok(())
         })
     }
