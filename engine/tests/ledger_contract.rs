@@ -686,11 +686,11 @@ fn inspect_outcome_lends_status_and_output(f: Fixture) {
         let expected = StepOutcome::of(&record);
         Some(Some((expected.status, expected.fence, expected.output.map(<[u8]>::to_vec))))
     };
-    for (i, completion) in completions.iter().enumerate() {
+    for (i, completion) in completions.into_iter().enumerate() {
         let k = key(i as u8 + 1);
         granted(l.claim(&claim_of(k, "run-1", "w1", 10, 0)));
         if let Some(completion) = completion {
-            l.complete(&k, 1, completion.clone(), 20).unwrap();
+            l.complete(&k, 1, completion, 20).unwrap();
         }
         assert_eq!(outcome_of(&k), expected_of(&k), "completion {i}");
     }

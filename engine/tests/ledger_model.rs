@@ -112,7 +112,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
                 2 => Completion::Failed { error: "declined".into() },
                 _ => Completion::Unknown { reason: "timeout".into() },
             };
-            format!("{:?}", l.complete(&key(k), fence, completion.clone(), now_ms))
+            format!("{:?}", l.complete(&key(k), fence, completion, now_ms))
         }
         Op::Renew { key: k, fence, lease_expiry_ms } => format!("{:?}", l.renew(&key(k), fence, lease_expiry_ms)),
         Op::Plan { key: k, plan } => format!("{:?}", l.record_plan(&run_of_key(k), &key(k), &[plan], 1)),
