@@ -1202,7 +1202,7 @@ impl Engine {
                 }
                 Err(e) => return Err(e.into()),
             }
-            if let (Outcome::Applied(output), true) = (outcome, succeeded) {
+            if succeeded && let Outcome::Applied(output) = outcome {
                 self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
                 return Ok(End::Done(output));
             }

@@ -292,8 +292,7 @@ pub trait Ledger: Send + Sync {
     }
     /// Calls `read` with the status, fence and stored output of `key` (or `None`): what a checker of outcomes, or a
     /// claimant asking whether its record moved, needs, read without building the whole record where the ledger can
-    /// (SQLite reads three columns). The same rule as
-    /// [`Ledger::inspect`]: `read` must not call the ledger.
+    /// (SQLite reads three columns). The same rule as [`Ledger::inspect`]: `read` must not call the ledger.
     fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
         self.inspect(key, &mut |record| read(record.map(StepOutcome::of)))
     }
