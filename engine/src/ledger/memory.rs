@@ -132,12 +132,13 @@ fn ident(domain: &[u8], source: &str, id: &str) -> Ident {
 /// A map keyed by [`Ident`], split into [`ShardedMap::SHARDS`] hash tables by the identity's first byte.
 ///
 /// A hash table grows by allocating one twice its size and moving every entry across, so while it grows the old
-/// table and the new one are both live: three times the table's size at once. Inbox and dedup rows stay for days, and
-/// in a long simulation each table holds millions (48 MB at a million rows, four times that after 50 M steps of
-/// `mixed`); a run that crossed a doubling in both tables near its end peaked at 1,146 MiB against 420 MiB just
-/// before. Split in 64, a table grows a sixty-fourth at a time (the shards fill evenly, as the identities are blake3
-/// bytes, so they all double within a few per cent of rows of each other, but one by one), and the peak is the size
-/// after growing plus one shard. Looking a row up costs the same: the first byte picks the shard, then one probe.
+/// table and the new one are both live: three times the table's size at once. Inbox and dedup rows stay for days, so
+/// in a long simulation each table holds millions (`mixed` adds about 0.075 per step; at 3.67 M rows a table of 2^22
+/// buckets of 41 or 49 bytes doubles). A 50 M-step run whose two tables doubled near its end peaked at 1,146 MiB
+/// against 419 MB just before. Split in 64, the rows fill the tables evenly (the identities are blake3 bytes), so
+/// they all double within a few per cent of rows of each other, but one at a time: the same run peaks at 822 MiB,
+/// the size after growing plus one table's move. A lookup costs the same: the first byte picks the table, then one
+/// probe.
 #[derive(Debug)]
 struct ShardedMap<V> {
     shards: Box<[FastMap<Ident, V>]>,
