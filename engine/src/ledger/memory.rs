@@ -153,16 +153,17 @@ impl<V> Default for ShardedMap<V> {
 impl<V> ShardedMap<V> {
     const SHARDS: usize = 64;
 
-    fn shard(&self, ident: &Ident) -> &FastMap<Ident, V> {
-        &self.shards[ident[0] as usize % Self::SHARDS]
+    /// The table an identity's row is in.
+    fn shard_of(ident: &Ident) -> usize {
+        ident[0] as usize % Self::SHARDS
     }
 
     fn get(&self, ident: &Ident) -> Option<&V> {
-        self.shard(ident).get(ident)
+        self.shards[Self::shard_of(ident)].get(ident)
     }
 
     fn insert(&mut self, ident: Ident, value: V) {
-        self.shards[ident[0] as usize % Self::SHARDS].insert(ident, value);
+        self.shards[Self::shard_of(&ident)].insert(ident, value);
     }
 
     fn len(&self) -> usize {
