@@ -846,7 +846,7 @@ impl Shared {
                 Err(e) => self.engine_error(format!("resolve {run_id}: {e}")),
             }
         }
-        if status == RunStatus::Succeeded && self.replays(run_id) {
+        if self.replay_due(run_id, status) {
             let edited = workflows::edited_trigger(self.ledger.as_ref(), run_id);
             match pin_in_place(|| engine.replay(run_id, &edited)).await {
                 Ok(s) => status = s,
@@ -896,9 +896,14 @@ impl Shared {
         }
     }
 
-    fn replays(&self, run_id: &str) -> bool {
+    /// Whether a drive that ended with `status` is followed by a replay with edited inputs: the run succeeded and is
+    /// one of the share the world replays (never a replay's own run).
+    fn replay_due(&self, run_id: &str, status: RunStatus) -> bool {
         let share = self.config.profile.world.replay_share;
-        share > 0.0 && !run_id.contains("-replayed") && unit(self.config.seed, "replay", run_id) < share
+        status == RunStatus::Succeeded
+            && share > 0.0
+            && !run_id.contains("-replayed")
+            && unit(self.config.seed, "replay", run_id) < share
     }
 
     fn engine_error(&self, message: String) {
@@ -1038,7 +1043,7 @@ fn start_drive(
         // Most drives end here and now; a person's resolution or a replay waits in simulated time, in a boxed
         // future (held inline, its state would make every drive's task larger for the whole of the drive).
         let person = status == RunStatus::Paused && world.person_resolves(&run_id);
-        if person || (status == RunStatus::Succeeded && world.replays(&run_id)) {
+        if person || world.replay_due(&run_id, status) {
             pin_in_place(|| world.driver_ended(&engine, me, &run_id, status, person)).await;
         } else {
             world.driver_gone(me, &run_id, status);
