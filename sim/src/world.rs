@@ -1277,18 +1277,34 @@ impl Shared {
 // ------------------------------------------------------------------------------------------------------------------
 // Chaos and heal.
 
+/// The moments of one kind of random fault: exponentially distributed gaps drawn from the fault's own stream of the
+/// seed, until the world heals.
+struct FaultGaps {
+    rng: Rng,
+    mean_ms: f64,
+}
+
+impl FaultGaps {
+    /// `None` when the profile turns the fault off (a mean interval of zero).
+    fn new(world: &Shared, mean_interval_s: f64, stream: &str) -> Option<FaultGaps> {
+        (mean_interval_s > 0.0).then(|| FaultGaps {
+            rng: Rng::new(world.config.seed).fork_named(stream),
+            mean_ms: mean_interval_s * 1000.0,
+        })
+    }
+
+    /// Sleeps until the next fault and lends the stream to draw its details from; `None` once the world has healed.
+    async fn next(&mut self, world: &Shared) -> Option<&mut Rng> {
+        let gap = self.rng.exponential(self.mean_ms);
+        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
+        (!world.healed.load(Ordering::Relaxed)).then_some(&mut self.rng)
+    }
+}
+
 async fn crash_randomly(world: Arc<Shared>) {
     let knobs = &world.config.profile.world;
-    if knobs.crash_interval_s_mean <= 0.0 {
-        return;
-    }
-    let mut rng = Rng::new(world.config.seed).fork_named("crashes");
-    loop {
-        let gap = rng.exponential(knobs.crash_interval_s_mean * 1000.0);
-        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
-        if world.healed.load(Ordering::Relaxed) {
-            return;
-        }
+    let Some(mut gaps) = FaultGaps::new(&world, knobs.crash_interval_s_mean, "crashes") else { return };
+    while let Some(rng) = gaps.next(&world).await {
         let worker = rng.range(0, knobs.workers as u64) as u32;
         if !world.down.lock().expect("down")[worker as usize] {
             *world.monitor.lock().crashes.entry("random".to_owned()).or_default() += 1;
@@ -1299,16 +1315,8 @@ async fn crash_randomly(world: Arc<Shared>) {
 
 async fn cut_randomly(world: Arc<Shared>) {
     let knobs = &world.config.profile.world;
-    if knobs.cut_interval_s_mean <= 0.0 {
-        return;
-    }
-    let mut rng = Rng::new(world.config.seed).fork_named("cuts");
-    loop {
-        let gap = rng.exponential(knobs.cut_interval_s_mean * 1000.0);
-        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
-        if world.healed.load(Ordering::Relaxed) {
-            return;
-        }
+    let Some(mut gaps) = FaultGaps::new(&world, knobs.cut_interval_s_mean, "cuts") else { return };
+    while let Some(rng) = gaps.next(&world).await {
         let worker = rng.range(0, knobs.workers as u64) as usize;
         let until = world.monitor.clock.now_ms() + knobs.cut_ms;
         world.cut_until_ms[worker].store(until, Ordering::Relaxed);
@@ -1318,16 +1326,8 @@ async fn cut_randomly(world: Arc<Shared>) {
 
 async fn stall_randomly(world: Arc<Shared>) {
     let knobs = &world.config.profile.world;
-    if knobs.stall_interval_s_mean <= 0.0 {
-        return;
-    }
-    let mut rng = Rng::new(world.config.seed).fork_named("stalls");
-    loop {
-        let gap = rng.exponential(knobs.stall_interval_s_mean * 1000.0);
-        tokio::time::sleep(Duration::from_millis(gap as u64 + 1)).await;
-        if world.healed.load(Ordering::Relaxed) {
-            return;
-        }
+    let Some(mut gaps) = FaultGaps::new(&world, knobs.stall_interval_s_mean, "stalls") else { return };
+    while let Some(rng) = gaps.next(&world).await {
         let worker = rng.range(0, knobs.workers as u64) as u32;
         if world.down.lock().expect("down")[worker as usize] {
             continue;
