@@ -8,7 +8,7 @@
 //! deduplicates: only the engine's rule (never retry an indeterminate at-most-once call without a person) prevents
 //! duplicates. There is no lookup; a lookup call answers `Failed`.
 
-use crate::server::{Api, Context, Handled, not_applied, numbered};
+use crate::server::{Api, Context, Handled, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -70,7 +70,7 @@ impl Api for AtMostOnce {
 
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
         if request.action != &*self.action_name {
-            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+            return Handled::unknown_action(request);
         }
         self.next_id += 1;
         let id = numbered(&self.id_prefix, self.next_id);

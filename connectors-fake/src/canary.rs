@@ -8,7 +8,7 @@
 //! fuzzer, which "intentionally fails, to test fuzzing infrastructure itself").
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, not_applied};
+use crate::server::{Api, Context, Handled};
 use crate::truth::Effect;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
 use serde_json::json;
@@ -52,7 +52,7 @@ impl Api for Canary {
 
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
         if request.action != CREATE {
-            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+            return Handled::unknown_action(request);
         }
         self.next_id += 1;
         let id = format!("canary_{}", self.next_id);

@@ -85,7 +85,7 @@ impl Api for Contacts {
 
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
         if request.action != CREATE_CONTACT {
-            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+            return Handled::unknown_action(request);
         }
         let Some(email) = email_of(request.inputs) else {
             return Handled::outcome(not_applied("400 `email` is required", false, None));

@@ -13,7 +13,7 @@
 //! - emits an `entry.created` webhook event per entry.
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object, key_hex, not_applied, numbered};
+use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object, key_hex, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -74,7 +74,7 @@ impl Api for Ledgerly {
 
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled {
         if request.action != RECORD_ENTRY {
-            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+            return Handled::unknown_action(request);
         }
         self.next_id += 1;
         let id = numbered("entry_", self.next_id);

@@ -150,7 +150,7 @@ impl Payments {
     ) -> Handled {
         self.expire(cx.now_ms);
         let Some(action) = self.action_names.iter().position(|a| &**a == request.action) else {
-            return Handled::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None));
+            return Handled::unknown_action(request);
         };
         if idempotency_key.is_empty() || idempotency_key.len() > IDEMPOTENCY_KEY_CHARS_MAX {
             return Handled::outcome(not_applied("400 invalid idempotency key", false, None));

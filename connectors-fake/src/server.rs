@@ -56,6 +56,11 @@ impl Handled {
     pub fn outcome(outcome: Outcome) -> Self {
         Self { outcome, effect: None, event: None }
     }
+
+    /// The answer to a request for an action this API does not have: a definite 404, never retried.
+    pub fn unknown_action(request: &Request<'_>) -> Self {
+        Self::outcome(not_applied(&format!("404 unknown action `{}`", request.action), false, None))
+    }
 }
 
 /// The object an API creates: `members`, then the request's `fields` that are present in its inputs, copied by name

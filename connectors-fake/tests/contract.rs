@@ -93,6 +93,23 @@ fn every_knob_at_zero_is_a_perfect_api() {
 }
 
 #[test]
+fn an_unknown_action_is_a_definite_404_that_commits_and_keeps_nothing() {
+    for kind in FakeKind::ALL {
+        let mut s = server(kind, FaultProfile::default());
+        let call = Call { action: "no_such_action", ..Call::new(kind, 1) };
+        let handled = s.handle(T0_MS, &call.request(1), &Draws::CLEAN);
+        let expected = NotApplied {
+            error: "404 unknown action `no_such_action`".to_string(),
+            retryable: false,
+            retry_after_ms: None,
+        };
+        assert_eq!(handled.outcome, Outcome::NotApplied(expected), "{kind:?}");
+        assert!(handled.effect.is_none() && handled.event.is_none(), "{kind:?}: nothing committed");
+        assert_eq!(s.record_count(), 0, "{kind:?}: nothing kept");
+    }
+}
+
+#[test]
 fn declared_classes_match_the_fault_model() {
     let profile = FaultProfile { lag_ms_median: 10, lag_ms_tail_max: 500, ..Default::default() };
     let cases: &[(FakeKind, &str, GuaranteeClass, bool)] = &[
