@@ -301,17 +301,29 @@ fn bench(_scenario: &str, _steps: u64, _repeat: u32) -> i32 {
     run(&crate::run::RunArgs::quiet("", 0, None))
 }
 
-/// Sorts `rates`; returns their median and the list as text.
+/// The median of `rates` (of the two middle ones when their number is even) and the list, sorted, as text.
 #[cfg(madsim)]
-fn median_and_list(rates: &mut [f64]) -> (f64, String) {
-    rates.sort_by(f64::total_cmp);
-    let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
-    (rates[rates.len() / 2], all.join(", "))
+fn median_and_list(rates: &[f64]) -> (f64, String) {
+    use statrs::statistics::{Data, Median};
+    let mut sorted = rates.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let all: Vec<String> = sorted.iter().map(|r| format!("{r:.0}")).collect();
+    (Data::new(sorted).median(), all.join(", "))
+}
+
+/// One ledger's repetitions in `flowsim bench`.
+#[cfg(madsim)]
+#[derive(Default)]
+struct BenchSamples {
+    wall_rates: Vec<f64>,
+    cpu_rates: Vec<f64>,
+    held: bool,
 }
 
 /// `flowsim bench`: the speed figures of the issue, measured, never asserted. Each repetition is a fresh simulation
 /// with the same seed (so the same work); the median wall time gives steps/s on one core, and the process's CPU time
-/// (user + system) gives steps per CPU-second, which waiting for a busy core does not inflate.
+/// (user + system) gives steps per CPU-second, which waiting for a busy core does not inflate. The ledgers take
+/// turns, repetition by repetition, so that a loud spell on a shared machine falls on both rather than on one.
 #[cfg(madsim)]
 fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     use crate::run::*;
@@ -329,33 +341,46 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     println!(
         "flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)"
     );
-    for ledger in ["memory", "sqlite"] {
-        let args = RunArgs { ledger: ledger.to_owned(), ..RunArgs::quiet(scenario, 1, Some(steps)) };
-        let mut rates: Vec<f64> = Vec::new();
-        let mut cpu_rates: Vec<f64> = Vec::new();
-        let mut held = true;
-        for _ in 0..repeat {
+    const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+    let mut samples: [BenchSamples; 2] = std::array::from_fn(|_| BenchSamples { held: true, ..Default::default() });
+    for _ in 0..repeat {
+        for (ledger, samples) in LEDGERS.iter().zip(&mut samples) {
+            let args = RunArgs { ledger: (*ledger).to_owned(), ..RunArgs::quiet(scenario, 1, Some(steps)) };
             let cpu_before = process_cpu_seconds();
             let (results, _) = execute(&args, &prepared, false);
             if let (Some(before), Some(after)) = (cpu_before, process_cpu_seconds())
                 && after > before
             {
-                cpu_rates.push(results.steps as f64 / (after - before));
+                samples.cpu_rates.push(results.steps as f64 / (after - before));
             }
-            held &= results.all_hold() || prepared.expect != crate::catalogue::Expect::AllHold;
-            rates.push(results.steps_per_second);
+            samples.held &= results.all_hold() || prepared.expect != crate::catalogue::Expect::AllHold;
+            samples.wall_rates.push(results.steps_per_second);
         }
-        let (median, all) = median_and_list(&mut rates);
+    }
+    for (ledger, samples) in LEDGERS.iter().zip(&samples) {
+        let (median, all) = median_and_list(&samples.wall_rates);
         println!("  ledger {ledger:<7} median {median:>10.0} steps/s per core, wall clock   (runs: {all})");
         // On a shared machine the wall clock also counts time spent waiting for a core; CPU time does not.
-        if cpu_rates.len() == rates.len() {
-            let (median, all) = median_and_list(&mut cpu_rates);
+        if samples.cpu_rates.len() == samples.wall_rates.len() {
+            let (median, all) = median_and_list(&samples.cpu_rates);
             println!("  ledger {ledger:<7} median {median:>10.0} steps per CPU-second              (runs: {all})");
         }
-        if !held {
+        if !samples.held {
             println!("  (an invariant was violated during the bench; run the scenario for details)");
         }
     }
     println!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
     0
+}
+
+#[cfg(all(test, madsim))]
+mod tests {
+    use super::median_and_list;
+
+    #[test]
+    fn a_bench_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median_and_list(&[4.0, 1.0, 3.0, 2.0]), (2.5, "1, 2, 3, 4".to_owned()));
+        assert_eq!(median_and_list(&[5.0, 1.0, 3.0]), (3.0, "1, 3, 5".to_owned()));
+        assert_eq!(median_and_list(&[7.0]), (7.0, "7".to_owned()));
+    }
 }
