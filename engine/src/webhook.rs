@@ -148,17 +148,24 @@ pub fn dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
 
 fn mac(secret: &[u8], timestamp_s: u64, body: &[u8]) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(timestamp_s.to_string().as_bytes());
+    mac.update(itoa::Buffer::new().format(timestamp_s).as_bytes());
     mac.update(b".");
     mac.update(body);
     mac
 }
 
+/// Room for a header of a 20-digit timestamp and a 64-digit tag.
+const SIGNATURE_HEADER_LEN: usize = "t=,v1=".len() + 20 + 64;
+
 /// The signature header a sender would attach: `t=<seconds>,v1=<hex>`.
 pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
     let timestamp_s = timestamp_ms / 1000;
     let tag = mac(secret, timestamp_s, body).finalize().into_bytes();
-    let mut out = format!("t={timestamp_s},v1=");
+    // Spelled without `format!`, whose machinery cost more than the tag's hex (one header per delivery).
+    let mut out = String::with_capacity(SIGNATURE_HEADER_LEN);
+    out.push_str("t=");
+    out.push_str(itoa::Buffer::new().format(timestamp_s));
+    out.push_str(",v1=");
     crate::key::push_hex(&tag, &mut out);
     out
 }

@@ -163,6 +163,15 @@ fn run_ids_are_derived_from_source_and_event() {
     assert!(webhook::run_id("s", "e").starts_with("wh-"));
 }
 
+/// The header a sender attaches is Stripe's: the timestamp in whole seconds, then the HMAC-SHA256 of
+/// `"<seconds>.<body>"` in lowercase hex. The tag was computed apart from this crate (Python's `hmac` module).
+#[test]
+fn a_signature_header_is_stripes_t_and_v1() {
+    let header = webhook::sign(SECRET, 1_700_000_000_123, br#"{"a":1}"#);
+    assert_eq!(header, "t=1700000000,v1=38877139021993b830af32feea6e18a8da83eb2f6e49ee50bd9e4cf4ca4d3789");
+    assert_eq!(webhook::sign(SECRET, 999, b"").split(',').next(), Some("t=0"));
+}
+
 /// Under `--cfg madsim` the tests above really run inside madsim's runtime (the workspace `tokio::test` is madsim's).
 #[cfg(madsim)]
 #[tokio::test]

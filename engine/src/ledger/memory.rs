@@ -282,7 +282,9 @@ const RUN_KEYS_CAPACITY: usize = 4;
 
 /// The ids of a set, sorted (the listings promise id order).
 fn sorted(ids: &FastSet<CompactString>) -> Vec<String> {
-    let mut out: Vec<String> = ids.iter().map(CompactString::to_string).collect();
+    // `String::from(&str)`, not `to_string`: a `CompactString`'s `to_string` goes through `Display` and the
+    // formatting machinery, once per run a restarted worker lists.
+    let mut out: Vec<String> = ids.iter().map(|id| String::from(id.as_str())).collect();
     out.sort_unstable();
     out
 }
