@@ -64,10 +64,14 @@ enum Command {
     Scenarios,
     /// Measure simulation speed with each ledger (one shard): median steps/s per core and steps per CPU-second.
     Bench {
+        /// A catalogue name or a profile file (TOML). Speed depends most on `world.runs_in_flight_max`: compare
+        /// figures only at the same profile (docs/speed.md).
         #[arg(long, default_value = "mixed")]
         scenario: String,
+        /// Steps of each repetition (its seed is 1).
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
+        /// Repetitions per ledger; the median of an even number is the mean of the middle two.
         #[arg(long, default_value_t = 3)]
         repeat: u32,
     },
@@ -339,8 +343,11 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
             return 2;
         }
     };
+    // The runs in flight are named because speed depends on them most (docs/speed.md, stop 23).
     println!(
-        "flowsim bench: scenario {scenario}, {steps} steps, {repeat} repetitions per ledger, one shard (one core)"
+        "flowsim bench: scenario {scenario}, {steps} steps, at most {} runs in flight, {repeat} repetitions per ledger, \
+         one shard (one core)",
+        prepared.profile.world.runs_in_flight_max
     );
     const LEDGERS: [&str; 2] = ["memory", "sqlite"];
     let mut samples: [BenchSamples; 2] = Default::default();
