@@ -363,6 +363,10 @@ pub fn main(args: &CheckArgs) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = crate::output::check_all([&args.junit, &args.json]) {
+        eprintln!("flowsim check: {e}");
+        return 2;
+    }
     let cases = shard_cases(cases(&profile), args.shard);
     let shard_text = args.shard.map_or_else(String::new, |s| format!(" shard {}/{}", s.index, s.count));
     println!(

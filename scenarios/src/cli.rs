@@ -231,6 +231,10 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         eprintln!("flowsim run: --jobs must be between 1 and 256");
         return 2;
     }
+    if let Err(e) = crate::output::check_all([&args.json, &args.trace]) {
+        eprintln!("flowsim run: {e}");
+        return 2;
+    }
     let prepared = match prepare(&args.scenario, args.seed, args.steps) {
         Ok(p) => p,
         Err(e) => {
@@ -274,20 +278,18 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         i9.first_violation = determinism_error.clone();
     }
     print!("{}", summary(&results));
-    if let Some(path) = &args.json {
-        let bytes = serde_json::to_vec_pretty(&results).expect("results serialise");
+    // The files are written before the verdict is printed, and a failed write (checked for before the run, so this
+    // is a full disk or the like) does not hide the verdict or the repro line.
+    let mut write_failed = false;
+    let json = args.json.as_ref().map(|path| (path, serde_json::to_vec_pretty(&results).expect("results serialise")));
+    let trace = args.trace.as_ref().zip(trace).map(|(path, text)| (path, text.into_bytes()));
+    for (path, bytes) in json.into_iter().chain(trace) {
         if let Err(e) = std::fs::write(path, bytes) {
             eprintln!("flowsim run: cannot write {}: {e}", path.display());
-            return 2;
+            write_failed = true;
         }
     }
-    if let (Some(path), Some(text)) = (&args.trace, &trace)
-        && let Err(e) = std::fs::write(path, text)
-    {
-        eprintln!("flowsim run: cannot write {}: {e}", path.display());
-        return 2;
-    }
-    match verdict(&results, prepared.expect, args.policy) {
+    let code = match verdict(&results, prepared.expect, args.policy) {
         Ok(()) => {
             println!("flowsim run: every invariant held");
             0
@@ -297,7 +299,8 @@ fn run(args: &crate::run::RunArgs) -> i32 {
             println!("reproduce with: {}", results.repro);
             1
         }
-    }
+    };
+    if write_failed { 2 } else { code }
 }
 
 #[cfg(not(madsim))]

@@ -3,6 +3,7 @@
 pub mod catalogue;
 pub mod check;
 pub mod cli;
+pub mod output;
 pub mod report_cmd;
 pub mod run;
 pub mod search;

@@ -49,6 +49,18 @@ fn report_refuses_missing_and_malformed_inputs() {
     }
 }
 
+#[test]
+fn output_files_that_cannot_be_written_are_exit_2_before_any_case_runs() {
+    let dir = temp_dir("check-outputs");
+    let missing = dir.join("missing").join("junit.xml");
+    for (option, path) in [("--junit", missing.as_path()), ("--json", dir.as_ref())] {
+        let out = flowsim(&["check", "--seeds", "1", "--steps", "10", option, path_str(path)]);
+        assert_eq!(out.code, 2, "{option}: {}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains(path_str(path)), "{option}: {:?} does not name {}", out.stderr, path.display());
+        assert!(!out.stdout.contains("cases on"), "{option} was checked only after the cases ran: {}", out.stdout);
+    }
+}
+
 #[cfg(not(madsim))]
 #[test]
 fn check_without_the_simulation_cfg_exits_2_naming_the_alias() {

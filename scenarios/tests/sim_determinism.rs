@@ -110,3 +110,23 @@ fn bad_scenario_and_knob_are_exit_2_with_a_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("warp_speed"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn output_files_that_cannot_be_written_are_exit_2_before_the_run() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let missing = dir.path().join("missing").join("results.json");
+    let cases = [("--json", missing.as_path(), "does not exist"), ("--trace", dir.path(), "it is a directory")];
+    for (option, path, why) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--steps", "2000", option])
+            .arg(path)
+            .output()
+            .expect("runs");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{option}: {stdout}{stderr}");
+        assert!(stderr.contains(&*path.to_string_lossy()) && stderr.contains(why), "{option}: {stderr}");
+        // Refused before simulating: no run was started, so nothing was lost.
+        assert!(!stdout.contains("trace hash"), "{option} was checked only after the run: {stdout}");
+    }
+    assert!(!missing.parent().expect("a parent").exists(), "the check created nothing");
+}
