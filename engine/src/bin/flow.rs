@@ -27,15 +27,18 @@ struct Cli {
 enum Command {
     /// List paused runs: id, workflow, reason.
     Paused {
-        #[arg(long)]
+        /// The engine's on-disk SQLite ledger file.
+        #[arg(long, value_name = "FILE")]
         ledger: PathBuf,
     },
     /// Record a person's decision about a paused run.
     #[command(group(ArgGroup::new("decision").required(true).args(["mark_done", "retry", "abort"])))]
     Resolve {
-        #[arg(long)]
+        /// The engine's on-disk SQLite ledger file.
+        #[arg(long, value_name = "FILE")]
         ledger: PathBuf,
-        #[arg(long)]
+        /// The paused run's id (as `flow paused` lists it).
+        #[arg(long, value_name = "ID")]
         run: String,
         /// The effect happened: this JSON is the step's output.
         #[arg(long, value_name = "JSON")]
@@ -47,7 +50,7 @@ enum Command {
         #[arg(long)]
         abort: bool,
         /// Who decided (recorded with the resolution).
-        #[arg(long)]
+        #[arg(long, value_name = "NAME")]
         by: String,
     },
 }
