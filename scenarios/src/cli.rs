@@ -17,13 +17,17 @@ enum Command {
         /// A catalogue name (see `flowsim scenarios`) or a profile file (TOML).
         #[arg(long, default_value = "mixed")]
         scenario: String,
+        /// Every random draw of the run (knobs the profile leaves open, faults, traffic, timing) comes from it.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Steps (writes) to run; the scenario's default when omitted.
         #[arg(long)]
         steps: Option<u64>,
+        /// `rules`: the engine as designed; `naive` (the "before"): a fresh key per attempt, no lookups, retries
+        /// everything.
         #[arg(long, value_enum, default_value_t = PolicyArg::Rules)]
         policy: PolicyArg,
+        /// The engine's ledger: in memory, or SQLite (`:memory:`, the on-disk ledger's code).
         #[arg(long, value_enum, default_value_t = LedgerArg::Memory)]
         ledger: LedgerArg,
         /// Split the run into N shards on N threads, merged in shard order.
@@ -79,9 +83,11 @@ enum Command {
     Canon,
     /// Read a step's inputs (JSON) on stdin, print the step key in lowercase hex.
     Key {
-        #[arg(long)]
+        /// The run id.
+        #[arg(long, value_name = "ID")]
         run: String,
-        #[arg(long)]
+        /// The step id within the run's workflow.
+        #[arg(long, value_name = "ID")]
         step: String,
         /// Input paths left out of the key (`a.b.c`), comma separated.
         #[arg(long, value_delimiter = ',')]
@@ -348,8 +354,8 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     };
     // The runs in flight are named because speed depends on them most (docs/speed.md, stop 23).
     println!(
-        "flowsim bench: scenario {scenario}, {steps} steps, at most {} runs in flight, {repeat} repetitions per ledger, \
-         one shard (one core)",
+        "flowsim bench: scenario {scenario}, {steps} steps, at most {} runs in flight, {repeat} repetitions per \
+         ledger, one shard (one core)",
         prepared.profile.world.runs_in_flight_max
     );
     const LEDGERS: [&str; 2] = ["memory", "sqlite"];
