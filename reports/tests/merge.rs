@@ -23,6 +23,7 @@ fn merge_of_two_shards_equals_the_sum() {
     assert_eq!(merged.duplicates.by_class["keyed"], 0);
     assert_eq!(merged.paused_runs, sum(|r| r.paused_runs));
     assert_eq!(merged.runs_with_visible_retry, sum(|r| r.runs_with_visible_retry));
+    assert_eq!(merged.person_resolutions, sum(|r| r.person_resolutions));
     assert_eq!(merged.extra_lookup_ms_total, sum(|r| r.extra_lookup_ms_total));
     assert_eq!(merged.merged_runs, 4);
     assert_eq!(merged.actions["stripe.create_customer"].steps, 1_600_000);

@@ -224,6 +224,7 @@ pub fn summary(results: &Results) -> String {
     let by: Vec<String> = results.duplicates.by_class.iter().map(|(k, v)| format!("{k} {v}")).collect();
     line(&mut out, "duplicates", format!("{} ({})", results.duplicates.total, by.join(", ")));
     line(&mut out, "paused runs", results.paused_runs.to_string());
+    line(&mut out, "resolved by a person", results.person_resolutions.to_string());
     line(&mut out, "failed runs", results.failed_runs.to_string());
     line(&mut out, "runs with a visible retry", results.runs_with_visible_retry.to_string());
     line(&mut out, "auto-retry coverage", format!("{:.1} %", results.auto_retry_coverage * 100.0));

@@ -123,6 +123,8 @@ pub struct Checker {
     pub runs_paused: u64,
     pub runs_failed: u64,
     pub runs_with_visible_retry: u64,
+    /// Resolutions of paused steps the engine applied: a person's "done" or "send it again" (`RunResolved`).
+    pub resolutions: u64,
     pub effects: u64,
     pub lookups_total: u64,
     latency: hdrhistogram::Histogram<u64>,
@@ -161,6 +163,7 @@ impl Checker {
             runs_paused: 0,
             runs_failed: 0,
             runs_with_visible_retry: 0,
+            resolutions: 0,
             effects: 0,
             lookups_total: 0,
             latency: hdrhistogram::Histogram::new(3).expect("a histogram with 3 significant figures"),
@@ -315,6 +318,7 @@ impl Checker {
                 run.paused_once = true;
             }
             Event::RunResolved { run_id, key, resolution } => {
+                self.resolutions += 1;
                 let run = run_state(&mut self.runs, run_id);
                 match resolution {
                     "retry" => match run.keys.get_mut(key) {

@@ -84,6 +84,10 @@ pub struct Results {
     pub failed_runs: u64,
     /// Runs in which a customer could see a retry (a pause).
     pub runs_with_visible_retry: u64,
+    /// Paused steps a person resolved and the engine then applied the decision to (marked done with what the
+    /// external system shows, or sent again); `world.person_share` of the paused runs get a person.
+    #[serde(default)]
+    pub person_resolutions: u64,
     /// Share of the catalogue's actions with automatic retries enabled, 0..=1.
     pub auto_retry_coverage: f64,
     /// Lookups made only because of the rules (the "extra read"), and the simulated time they cost.
@@ -174,6 +178,7 @@ impl Results {
         self.paused_runs += other.paused_runs;
         self.failed_runs += other.failed_runs;
         self.runs_with_visible_retry += other.runs_with_visible_retry;
+        self.person_resolutions += other.person_resolutions;
         self.extra_lookups += other.extra_lookups;
         self.extra_lookup_ms_total += other.extra_lookup_ms_total;
         let (l, o) = (&mut self.latency, &other.latency);

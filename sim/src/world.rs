@@ -1549,6 +1549,7 @@ fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> 
         paused_runs: checker.runs_paused,
         failed_runs: checker.runs_failed,
         runs_with_visible_retry: checker.runs_with_visible_retry,
+        person_resolutions: checker.resolutions,
         auto_retry_coverage: api.auto_retry_coverage(),
         extra_lookups: checker.lookups_total,
         extra_lookup_ms_total: state.extra_lookup_ms_total,
