@@ -1,0 +1,43 @@
+//! A person resolving paused runs (`world.person_share`), tested on a real simulation (simulation configuration
+//! only: `cargo sim-test -p scenarios`): the person's wait is not a worker's, so crashes while they take their time
+//! do not cancel their decision.
+#![cfg(madsim)]
+
+use scenarios::run::{RunArgs, execute, prepare};
+
+/// Payouts only (at-most-once, so every indeterminate outcome pauses its run), a person for every paused run after
+/// ten simulated minutes, and a worker crash about every twenty seconds of the chaos: a wait of ten minutes rarely
+/// outlives the worker it started on.
+const CRASHES_WHILE_A_PERSON_LOOKS: &str = r#"
+[world]
+person_share = 1.0
+person_delay_ms = 600000
+crash_interval_s_mean = 20.0
+crash_point_p = 0.0
+cut_interval_s_mean = 0.0
+stall_interval_s_mean = 0.0
+[mix]
+payout = 1.0
+[connectors.payouts]
+timeout_after_commit_p = 0.05
+error_after_commit_p = 0.02
+"#;
+
+#[test]
+fn a_person_resolves_paused_runs_whatever_crashes_their_workers() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("person.toml");
+    std::fs::write(&path, CRASHES_WHILE_A_PERSON_LOOKS).expect("write the profile");
+    let args = RunArgs::quiet(path.to_str().expect("UTF-8 temp path"), 1, Some(20_000));
+    let prepared = prepare(&args.scenario, args.seed, args.steps).expect("the profile resolves");
+    let results = execute(&args, &prepared, false).0;
+    assert!(results.all_hold(), "{:?}", results.invariants);
+    assert!(results.crashes.values().sum::<u64>() >= 3, "the profile must crash workers: {:?}", results.crashes);
+    // Every run that paused got a person; a run stays paused only if it pauses again after their decision.
+    assert!(
+        results.person_resolutions >= 100 && results.paused_runs * 20 < results.person_resolutions,
+        "{} paused runs were resolved, {} stayed paused",
+        results.person_resolutions,
+        results.paused_runs
+    );
+}
