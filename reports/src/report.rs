@@ -447,7 +447,12 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                 thousands(r.runs)
             ),
             format!("Automatic retries enabled for {} of actions", percent(r.auto_retry_coverage)),
-            format!("Paused runs: {}; failed runs: {}", thousands(r.paused_runs), thousands(r.failed_runs)),
+            format!(
+                "Paused runs: {}; failed runs: {}; paused steps a person resolved: {}",
+                thousands(r.paused_runs),
+                thousands(r.failed_runs),
+                thousands(r.person_resolutions)
+            ),
             format!(
                 "Extra lookups made because of the rules: {} (simulated cost {} ms in all{})",
                 thousands(r.extra_lookups),

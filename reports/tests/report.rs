@@ -40,6 +40,7 @@ fn markdown_has_the_guarantees_table_and_upper_bounds() {
         "## Step latency",
         "| rules | 42 | 90 | 402 | 2,000 | 9,002 |",
         "Invariants: all 10 held",
+        "Paused runs: 3; failed runs: 0; paused steps a person resolved: 1",
     ] {
         assert!(md.contains(want), "missing {want:?} in\n{md}");
     }
