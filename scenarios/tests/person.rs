@@ -23,14 +23,36 @@ timeout_after_commit_p = 0.05
 error_after_commit_p = 0.02
 "#;
 
-#[test]
-fn a_person_resolves_paused_runs_whatever_crashes_their_workers() {
+/// Every run sent to two workers at once, and a person who decides within a fifth of a second: the second drive of a
+/// paused run is often still alive when the person decides.
+const A_QUICK_PERSON_AND_TWO_DRIVES: &str = r#"
+[world]
+person_share = 1.0
+person_delay_ms = 200
+double_dispatch_share = 1.0
+crash_interval_s_mean = 20.0
+crash_point_p = 0.0
+cut_interval_s_mean = 0.0
+stall_interval_s_mean = 0.0
+[mix]
+payout = 1.0
+[connectors.payouts]
+timeout_after_commit_p = 0.05
+error_after_commit_p = 0.02
+"#;
+
+fn simulate(profile: &str, seed: u64, steps: u64) -> sim::results::Results {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("person.toml");
-    std::fs::write(&path, CRASHES_WHILE_A_PERSON_LOOKS).expect("write the profile");
-    let args = RunArgs::quiet(path.to_str().expect("UTF-8 temp path"), 1, Some(20_000));
+    std::fs::write(&path, profile).expect("write the profile");
+    let args = RunArgs::quiet(path.to_str().expect("UTF-8 temp path"), seed, Some(steps));
     let prepared = prepare(&args.scenario, args.seed, args.steps).expect("the profile resolves");
-    let results = execute(&args, &prepared, false).0;
+    execute(&args, &prepared, false).0
+}
+
+#[test]
+fn a_person_resolves_paused_runs_whatever_crashes_their_workers() {
+    let results = simulate(CRASHES_WHILE_A_PERSON_LOOKS, 1, 20_000);
     assert!(results.all_hold(), "{:?}", results.invariants);
     assert!(results.crashes.values().sum::<u64>() >= 3, "the profile must crash workers: {:?}", results.crashes);
     // Every run that paused got a person; a run stays paused only if it pauses again after their decision.
@@ -40,4 +62,15 @@ fn a_person_resolves_paused_runs_whatever_crashes_their_workers() {
         results.person_resolutions,
         results.paused_runs
     );
+}
+
+/// A drive that started before the person's decision and ended after it would leave the run at the desk, neither
+/// finished nor driven (I8 after the heal phase): the person decides only while no worker drives the run.
+#[test]
+fn a_second_drive_of_a_run_does_not_strand_it_at_the_desk() {
+    for seed in [1, 2] {
+        let results = simulate(A_QUICK_PERSON_AND_TWO_DRIVES, seed, 20_000);
+        assert!(results.all_hold(), "seed {seed}: {:?}", results.invariants);
+        assert!(results.person_resolutions >= 100, "seed {seed}: {} resolved", results.person_resolutions);
+    }
 }

@@ -881,6 +881,12 @@ impl Shared {
     /// leaves the run's drivers when a worker takes the run up (`start_drive`), so the run is never without one.
     async fn person_resolves_at_desk(self: Arc<Self>, run_id: String) {
         tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
+        // The decision is recorded only while no worker drives the run (a second drive that found it paused ends
+        // within about a lease). Then no drive that started before the decision can end the run after it, and the
+        // first drive to start after it takes the run over from the desk.
+        while self.others_drive(&run_id) {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+        }
         let resolution = self.person_decision(&run_id);
         let what = match &resolution {
             Resolution::MarkDone { .. } => "mark-done",
@@ -901,6 +907,14 @@ impl Shared {
                 self.driver_gone(self.person_desk(), &run_id, status);
             }
         }
+    }
+
+    /// Whether a live worker drive of `run_id` is registered besides the person's desk.
+    fn others_drive(&self, run_id: &str) -> bool {
+        let desk = self.person_desk();
+        let incarnations = self.incarnations.lock().expect("incarnations");
+        let drivers = self.drivers.lock().expect("drivers");
+        drivers.get(run_id).is_some_and(|entry| entry.iter().any(|d| *d != desk && incarnations[d.0 as usize] == d.1))
     }
 
     /// A drive of `run_id` by this worker incarnation is over with `status`: the run is finished once its last live
@@ -1065,12 +1079,13 @@ fn start_drive(
     {
         let mut drivers = world.drivers.lock().expect("drivers");
         let entry = drivers.entry(run_id.as_str().into()).or_default();
+        // The run can be driven, so a person who had it at their desk has decided: the first drive after the
+        // decision takes it from the desk (`Shared::hand_to_person`).
+        let desk = world.person_desk();
+        entry.retain(|d| *d != desk);
         if entry.contains(&me) {
             return;
         }
-        // A run a person resolved is taken up from their desk (`Shared::hand_to_person`).
-        let desk = world.person_desk();
-        entry.retain(|d| *d != desk);
         entry.push(me);
     }
     let world = world.clone();
