@@ -41,6 +41,31 @@ timeout_after_commit_p = 0.05
 error_after_commit_p = 0.02
 "#;
 
+/// Workers stalled past their lease (a minute, about every five seconds) and every run driven twice: a drive that
+/// started before a pause can outlive it and carry the run on while the person is still looking.
+const A_STALLED_DRIVE_OUTLIVES_THE_PAUSE: &str = r#"
+[world]
+person_share = 1.0
+person_delay_ms = 60000
+double_dispatch_share = 1.0
+crash_interval_s_mean = 20.0
+crash_point_p = 0.0
+stall_interval_s_mean = 5.0
+stall_ms = 60000
+cut_interval_s_mean = 10.0
+replay_share = 0.1
+[mix]
+payout = 2.0
+assist = 1.0
+signup = 1.0
+checkout = 1.0
+[connectors.payouts]
+timeout_after_commit_p = 0.05
+error_after_commit_p = 0.02
+[connectors.email]
+timeout_after_commit_p = 0.03
+"#;
+
 fn simulate(profile: &str, seed: u64, steps: u64) -> sim::results::Results {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("person.toml");
@@ -73,4 +98,13 @@ fn a_second_drive_of_a_run_does_not_strand_it_at_the_desk() {
         assert!(results.all_hold(), "seed {seed}: {:?}", results.invariants);
         assert!(results.person_resolutions >= 100, "seed {seed}: {} resolved", results.person_resolutions);
     }
+}
+
+/// A person who finds the run no longer paused has nothing to decide (as `flow resolve` says): that is not an engine
+/// error, and the run finishes or is driven on from where the other drive left it.
+#[test]
+fn a_person_who_finds_the_run_carried_on_leaves_it_be() {
+    let results = simulate(A_STALLED_DRIVE_OUTLIVES_THE_PAUSE, 2, 20_000);
+    assert!(results.all_hold(), "{:?}", results.invariants);
+    assert!(results.person_resolutions >= 100, "{} resolved", results.person_resolutions);
 }

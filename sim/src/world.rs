@@ -893,19 +893,32 @@ impl Shared {
             Resolution::Retry => "retry",
             Resolution::Abort => "abort",
         };
-        self.monitor.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(what)]);
         let now_ms = self.monitor.clock.now_ms();
-        match engine::executor::record_resolution(self.ledger.as_ref(), &run_id, &resolution, "person", now_ms) {
-            Ok(status) if status.is_terminal() => self.driver_gone(self.person_desk(), &run_id, status),
-            Ok(_) => self.dispatch(&run_id, self.assigned_worker(&run_id), None),
-            Err(e) => {
-                self.engine_error(format!("resolve {run_id}: {e}"));
-                let status = match self.ledger.run_status(&run_id) {
-                    Ok(Some(status)) => status,
-                    _ => RunStatus::Paused,
-                };
-                self.driver_gone(self.person_desk(), &run_id, status);
-            }
+        let status =
+            match engine::executor::record_resolution(self.ledger.as_ref(), &run_id, &resolution, "person", now_ms) {
+                Ok(status) => {
+                    self.monitor.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(what)]);
+                    status
+                }
+                // A drive that started before the pause and outlived it (a worker stalled past its lease, then resumed)
+                // may have carried the run on since: the person finds nothing to decide, as `flow resolve` would say.
+                Err(engine::executor::Error::NotPaused { status, .. }) => {
+                    self.monitor
+                        .world_event("person-found-not-paused", &[Field::Str(&run_id), Field::Str(status.as_str())]);
+                    status
+                }
+                Err(e) => {
+                    self.engine_error(format!("resolve {run_id}: {e}"));
+                    match self.ledger.run_status(&run_id) {
+                        Ok(Some(status)) => status,
+                        _ => RunStatus::Paused,
+                    }
+                }
+            };
+        if status.is_terminal() || status == RunStatus::Paused {
+            self.driver_gone(self.person_desk(), &run_id, status);
+        } else {
+            self.dispatch(&run_id, self.assigned_worker(&run_id), None);
         }
     }
 
