@@ -104,6 +104,15 @@ pub const WORLD_FAULTS: &[WorldFault] = &[
 /// World knobs that are integers in `WorldKnobs` (the others are floats).
 const WORLD_INTEGER_KNOBS: &[&str] = &["cut_ms", "stall_ms"];
 
+/// How long a case's person takes before deciding about a paused run: a case's traffic lasts about ten simulated
+/// seconds, so their decisions land both during the chaos and in the heal phase.
+pub const PERSON_DELAY_MS: u64 = 3_000;
+
+/// The share of paused runs a person resolves at a case's persons level: `level / LEVELS_MAX`.
+fn person_share(level: u32) -> f64 {
+    share(1.0, level)
+}
+
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
@@ -124,6 +133,10 @@ pub struct Case {
     pub canary: bool,
     /// Workflows generated for this case, named `gen1`, `gen2`, … and added to the mix (they shrink away first).
     pub workflows: Vec<GenWorkflow>,
+    /// A person resolves paused runs (`world.person_share` = level / 10, after [`PERSON_DELAY_MS`]). Absent: nobody
+    /// does. Generated after every other part, so the cases of earlier builds (and the regression file's seeds) keep
+    /// all the rest.
+    pub persons: Option<u32>,
 }
 
 /// Most generated workflows in one case.
@@ -251,7 +264,9 @@ pub fn gen_name(i: usize) -> String {
 impl Case {
     /// How many fault knobs the case sets, connectors and world together.
     pub fn fault_count(&self) -> usize {
-        self.connector_faults.values().map(BTreeMap::len).sum::<usize>() + self.world_faults.len()
+        self.connector_faults.values().map(BTreeMap::len).sum::<usize>()
+            + self.world_faults.len()
+            + usize::from(self.persons.is_some())
     }
 
     /// The connectors of the world the case runs in.
@@ -269,6 +284,11 @@ impl Case {
                 world.insert((*knob).to_owned(), knob_value(v, WORLD_INTEGER_KNOBS.contains(knob)));
             }
         }
+        world.insert("person_share".into(), toml::Value::Float(self.persons.map_or(0.0, person_share)));
+        world.insert(
+            "person_delay_ms".into(),
+            toml::Value::Integer(i64::try_from(PERSON_DELAY_MS).expect("the delay fits in i64")),
+        );
         let mut connectors = toml::Table::new();
         for name in self.connectors() {
             let mut table = toml::Table::new();
@@ -310,6 +330,9 @@ impl Case {
         }
         for (index, level) in &self.world_faults {
             summary.push(format!("world {} level {level}/{LEVELS_MAX}", WORLD_FAULTS[*index].name));
+        }
+        if let Some(level) = self.persons {
+            summary.push(format!("world persons level {level}/{LEVELS_MAX}"));
         }
         if summary.is_empty() {
             summary.push("none".into());
@@ -418,8 +441,9 @@ pub fn cases(canary: bool) -> impl Strategy<Value = Case> {
     });
     let world_faults = proptest::collection::btree_map(0..WORLD_FAULTS.len(), 1..=LEVELS_MAX, 0..=WORLD_FAULTS_MAX);
     let seed = any::<u64>().no_shrink().prop_map(|s| s % 1_000_000);
-    (gen_workflows(), mix, STEPS_MIN..=STEPS_MAX, connector_faults, world_faults, seed).prop_map(
-        move |(workflows, mix, steps, connector_faults, world_faults, seed)| Case {
+    let persons = proptest::option::of(1..=LEVELS_MAX);
+    (gen_workflows(), mix, STEPS_MIN..=STEPS_MAX, connector_faults, world_faults, seed, persons).prop_map(
+        move |(workflows, mix, steps, connector_faults, world_faults, seed, persons)| Case {
             seed,
             steps,
             mix,
@@ -427,6 +451,7 @@ pub fn cases(canary: bool) -> impl Strategy<Value = Case> {
             world_faults,
             canary,
             workflows,
+            persons,
         },
     )
 }
@@ -666,6 +691,12 @@ pub fn one_smaller(case: &Case) -> Vec<Case> {
             out.push(c);
         }
     }
+    if let Some(level) = case.persons {
+        out.push(Case { persons: None, ..case.clone() });
+        if level > 1 {
+            out.push(Case { persons: Some(1), ..case.clone() });
+        }
+    }
     out
 }
 
@@ -723,6 +754,9 @@ pub fn one_line(case: &Case) -> String {
     }
     for (index, level) in &case.world_faults {
         faults.push(format!("{}@{level}", WORLD_FAULTS[*index].name));
+    }
+    if let Some(level) = case.persons {
+        faults.push(format!("persons@{level}"));
     }
     let mut line =
         format!("seed {} steps {} mix [{}] faults [{}]", case.seed, case.steps, mix.join(" "), faults.join(" "));
@@ -869,6 +903,7 @@ mod tests {
             world_faults: [(1, 5)].into_iter().collect(),
             canary: true,
             workflows: Vec::new(),
+            persons: None,
         };
         let table: &[(&str, serde_json::Value)] = &[
             ("connectors.canary.timeout_after_commit_p", serde_json::json!(0.01)),
@@ -878,6 +913,7 @@ mod tests {
             ("world.crash_point_p", serde_json::json!(0.005)),
             ("world.crash_interval_s_mean", serde_json::json!(0.0)),
             ("world.cut_interval_s_mean", serde_json::json!(0.0)),
+            ("world.person_share", serde_json::json!(0.0)),
             ("mix.canary", serde_json::json!(1.0)),
         ];
         let knobs = profile::knobs(&case.prepare().expect("resolves").profile);
@@ -889,6 +925,11 @@ mod tests {
         let knobs = profile::knobs(&case.prepare().expect("resolves").profile);
         assert_eq!(knobs.get("world.crash_interval_s_mean"), Some(&serde_json::json!(2.0)));
         assert_eq!(case.fault_count(), 2);
+        case.persons = Some(3);
+        let knobs = profile::knobs(&case.prepare().expect("resolves").profile);
+        assert_eq!(knobs.get("world.person_share"), Some(&serde_json::json!(0.3)));
+        assert_eq!(knobs.get("world.person_delay_ms"), Some(&serde_json::json!(PERSON_DELAY_MS)));
+        assert_eq!(case.fault_count(), 3);
     }
 
     /// Greedy minimisation removes everything the failure does not need, lowers the levels it keeps to 1, and stops
@@ -909,6 +950,7 @@ mod tests {
             world_faults: [(0, 5), (1, 9)].into_iter().collect(),
             canary: true,
             workflows: vec![generated(3), generated(2)],
+            persons: Some(4),
         };
         // The failure needs the canary in the mix, the crash points, and a generated step calling payments.charge.
         let fails = |c: &Case| {
@@ -925,6 +967,7 @@ mod tests {
         assert_eq!(small.mix.keys().collect::<Vec<_>>(), ["canary"]);
         assert!(small.connector_faults.is_empty());
         assert_eq!(small.world_faults, [(1, 1)].into_iter().collect());
+        assert_eq!(small.persons, None);
         assert_eq!(small.workflows.len(), 1);
         assert_eq!(small.workflows[0].steps.len(), 1);
         for smaller in one_smaller(&small) {
