@@ -742,6 +742,16 @@ struct Shared {
     workflows: Vec<engine::workflow::Workflow>,
 }
 
+/// Where a run at the person's desk stands (`Shared::desk_holds`).
+enum Desk {
+    /// Only the desk holds the run: the person can decide.
+    Alone,
+    /// A worker's drive of the run is live beside the desk.
+    WithDrives,
+    /// A drive took the run from the desk: nothing is left to decide.
+    TakenOver,
+}
+
 /// I6 bookkeeping for one change: its event ids and how many runs their deliveries started.
 #[derive(Debug, Default)]
 struct ChangeDeliveries {
@@ -883,9 +893,15 @@ impl Shared {
         tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
         // The decision is recorded only while no worker drives the run (a second drive that found it paused ends
         // within about a lease). Then no drive that started before the decision can end the run after it, and the
-        // first drive to start after it takes the run over from the desk.
-        while self.others_drive(&run_id) {
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // first drive to start after it takes the run over from the desk. A run a drive took from the desk before the
+        // decision (a drive that outlived the pause carried it on, and a worker picked it up) is not the desk's any
+        // more: there is nothing to decide.
+        loop {
+            match self.desk_holds(&run_id) {
+                Desk::Alone => break,
+                Desk::WithDrives => tokio::time::sleep(Duration::from_millis(1_000)).await,
+                Desk::TakenOver => return,
+            }
         }
         let resolution = self.person_decision(&run_id);
         let what = match &resolution {
@@ -922,12 +938,21 @@ impl Shared {
         }
     }
 
-    /// Whether a live worker drive of `run_id` is registered besides the person's desk.
-    fn others_drive(&self, run_id: &str) -> bool {
+    /// Whether the person's desk still holds `run_id`, and whether a live worker drive is registered beside it.
+    fn desk_holds(&self, run_id: &str) -> Desk {
         let desk = self.person_desk();
         let incarnations = self.incarnations.lock().expect("incarnations");
         let drivers = self.drivers.lock().expect("drivers");
-        drivers.get(run_id).is_some_and(|entry| entry.iter().any(|d| *d != desk && incarnations[d.0 as usize] == d.1))
+        match drivers.get(run_id) {
+            Some(entry) if entry.contains(&desk) => {
+                if entry.iter().any(|d| *d != desk && incarnations[d.0 as usize] == d.1) {
+                    Desk::WithDrives
+                } else {
+                    Desk::Alone
+                }
+            }
+            _ => Desk::TakenOver,
+        }
     }
 
     /// A drive of `run_id` by this worker incarnation is over with `status`: the run is finished once its last live
