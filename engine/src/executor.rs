@@ -372,14 +372,6 @@ fn outcome_name(outcome: &Outcome) -> &'static str {
     }
 }
 
-fn resolution_name(resolution: &Resolution) -> &'static str {
-    match resolution {
-        Resolution::MarkDone { .. } => "mark-done",
-        Resolution::Retry => "retry",
-        Resolution::Abort => "abort",
-    }
-}
-
 async fn sleep_ms(ms: u64) {
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -1012,7 +1004,7 @@ impl Engine {
                         self.observer.event(&Event::RunResolved {
                             run_id,
                             key: &key,
-                            resolution: resolution_name(&resolution.resolution),
+                            resolution: resolution.resolution.name(),
                         });
                         match resolution.resolution {
                             Resolution::Abort => {

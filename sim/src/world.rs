@@ -904,16 +904,11 @@ impl Shared {
             }
         }
         let resolution = self.person_decision(&run_id);
-        let what = match &resolution {
-            Resolution::MarkDone { .. } => "mark-done",
-            Resolution::Retry => "retry",
-            Resolution::Abort => "abort",
-        };
         let now_ms = self.monitor.clock.now_ms();
         let status =
             match engine::executor::record_resolution(self.ledger.as_ref(), &run_id, &resolution, "person", now_ms) {
                 Ok(status) => {
-                    self.monitor.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(what)]);
+                    self.monitor.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(resolution.name())]);
                     status
                 }
                 // A drive that started before the pause and outlived it (a worker stalled past its lease, then resumed)

@@ -221,6 +221,17 @@ pub enum Resolution {
     Abort,
 }
 
+impl Resolution {
+    /// The decision's name in events and traces: `mark-done`, `retry`, `abort`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resolution::MarkDone { .. } => "mark-done",
+            Resolution::Retry => "retry",
+            Resolution::Abort => "abort",
+        }
+    }
+}
+
 /// A recorded resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolutionRecord {
