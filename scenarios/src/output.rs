@@ -25,15 +25,12 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
         let why = if dir.exists() { "is not a directory" } else { "does not exist" };
         return Err(format!("cannot write {shown}: {} {why}", dir.display()));
     }
-    if path.exists() {
-        return OpenOptions::new().write(true).open(path).map(drop).map_err(|e| format!("cannot write {shown}: {e}"));
-    }
     match OpenOptions::new().write(true).create_new(true).open(path) {
         Ok(file) => {
             drop(file);
             std::fs::remove_file(path).map_err(|e| format!("cannot remove the probe of {shown}: {e}"))
         }
-        // Created by someone else between the two checks: whether it can be written is the question again.
+        // An existing file is opened for writing, not truncated.
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             OpenOptions::new().write(true).open(path).map(drop).map_err(|e| format!("cannot write {shown}: {e}"))
         }
