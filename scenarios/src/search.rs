@@ -101,17 +101,19 @@ pub const WORLD_FAULTS: &[WorldFault] = &[
     WorldFault { name: "replays", knobs: &[("replay_share", |l| share(0.2, l))] },
 ];
 
-/// World knobs that are integers in `WorldKnobs` (the others are floats).
-const WORLD_INTEGER_KNOBS: &[&str] = &["cut_ms", "stall_ms"];
-
 /// How long a case's person takes before deciding about a paused run: a case's traffic lasts about ten simulated
 /// seconds, so their decisions land both during the chaos and in the heal phase.
 pub const PERSON_DELAY_MS: u64 = 3_000;
 
-/// The share of paused runs a person resolves at a case's persons level: `level / LEVELS_MAX`.
-fn person_share(level: u32) -> f64 {
-    share(1.0, level)
-}
+/// A person resolving paused runs, a share `level / LEVELS_MAX` of them ([`Case::persons`]). Set like a world fault,
+/// but kept out of [`WORLD_FAULTS`], whose indices the strategy draws: it is generated after every other part.
+pub const PERSONS: WorldFault = WorldFault {
+    name: "persons",
+    knobs: &[("person_share", |l| share(1.0, l)), ("person_delay_ms", |_| PERSON_DELAY_MS as f64)],
+};
+
+/// World knobs that are integers in `WorldKnobs` (the others are floats).
+const WORLD_INTEGER_KNOBS: &[&str] = &["cut_ms", "stall_ms", "person_delay_ms"];
 
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
@@ -133,8 +135,8 @@ pub struct Case {
     pub canary: bool,
     /// Workflows generated for this case, named `gen1`, `gen2`, … and added to the mix (they shrink away first).
     pub workflows: Vec<GenWorkflow>,
-    /// A person resolves paused runs (`world.person_share` = level / 10, after [`PERSON_DELAY_MS`]). Absent: nobody
-    /// does. Generated after every other part, so the cases of earlier builds (and the regression file's seeds) keep
+    /// A person resolves paused runs ([`PERSONS`]: `world.person_share` = level / 10, after [`PERSON_DELAY_MS`]).
+    /// Absent: nobody does. Generated after every other part, so the cases of earlier builds (and the regression file's seeds) keep
     /// all the rest.
     pub persons: Option<u32>,
 }
@@ -277,18 +279,14 @@ impl Case {
     /// The profile spec (without `steps`): every knob the swarm would draw is set, to 0 unless the case sets it.
     pub fn spec(&self) -> ProfileSpec {
         let mut world = toml::Table::new();
-        for (index, fault) in WORLD_FAULTS.iter().enumerate() {
-            let level = self.world_faults.get(&index);
+        let levels =
+            WORLD_FAULTS.iter().enumerate().map(|(index, fault)| (fault, self.world_faults.get(&index).copied()));
+        for (fault, level) in levels.chain([(&PERSONS, self.persons)]) {
             for (knob, value) in fault.knobs {
-                let v = level.map_or(0.0, |l| value(*l));
+                let v = level.map_or(0.0, value);
                 world.insert((*knob).to_owned(), knob_value(v, WORLD_INTEGER_KNOBS.contains(knob)));
             }
         }
-        world.insert("person_share".into(), toml::Value::Float(self.persons.map_or(0.0, person_share)));
-        world.insert(
-            "person_delay_ms".into(),
-            toml::Value::Integer(i64::try_from(PERSON_DELAY_MS).expect("the delay fits in i64")),
-        );
         let mut connectors = toml::Table::new();
         for name in self.connectors() {
             let mut table = toml::Table::new();
@@ -332,7 +330,7 @@ impl Case {
             summary.push(format!("world {} level {level}/{LEVELS_MAX}", WORLD_FAULTS[*index].name));
         }
         if let Some(level) = self.persons {
-            summary.push(format!("world persons level {level}/{LEVELS_MAX}"));
+            summary.push(format!("world {} level {level}/{LEVELS_MAX}", PERSONS.name));
         }
         if summary.is_empty() {
             summary.push("none".into());
@@ -756,7 +754,7 @@ pub fn one_line(case: &Case) -> String {
         faults.push(format!("{}@{level}", WORLD_FAULTS[*index].name));
     }
     if let Some(level) = case.persons {
-        faults.push(format!("persons@{level}"));
+        faults.push(format!("{}@{level}", PERSONS.name));
     }
     let mut line =
         format!("seed {} steps {} mix [{}] faults [{}]", case.seed, case.steps, mix.join(" "), faults.join(" "));
