@@ -742,6 +742,11 @@ struct Shared {
     workflows: Vec<engine::workflow::Workflow>,
 }
 
+/// Whether a driver is live: its worker has not crashed since it started (the person's desk's slot is never bumped).
+fn live(incarnations: &[u32], driver: Driver) -> bool {
+    incarnations[driver.0 as usize] == driver.1
+}
+
 /// Where a run at the person's desk stands (`Shared::desk_holds`).
 enum Desk {
     /// Only the desk holds the run: the person can decide.
@@ -869,7 +874,7 @@ impl Shared {
             let mut drivers = self.drivers.lock().expect("drivers");
             match drivers.get_mut(run_id.as_str()) {
                 Some(entry) => {
-                    entry.retain(|d| *d != me && incarnations[d.0 as usize] == d.1);
+                    entry.retain(|d| *d != me && live(&incarnations, *d));
                     entry.push(desk);
                     true
                 }
@@ -940,7 +945,7 @@ impl Shared {
         let drivers = self.drivers.lock().expect("drivers");
         match drivers.get(run_id) {
             Some(entry) if entry.contains(&desk) => {
-                if entry.iter().any(|d| *d != desk && incarnations[d.0 as usize] == d.1) {
+                if entry.iter().any(|d| *d != desk && live(&incarnations, *d)) {
                     Desk::WithDrives
                 } else {
                     Desk::Alone
@@ -959,7 +964,7 @@ impl Shared {
             // A live driver is registered, so the run's entry exists; `entry` would allocate the run id to find it.
             let last = match drivers.get_mut(run_id) {
                 Some(entry) => {
-                    entry.retain(|d| *d != me && incarnations[d.0 as usize] == d.1);
+                    entry.retain(|d| *d != me && live(&incarnations, *d));
                     entry.is_empty()
                 }
                 None => true,
@@ -1065,7 +1070,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
         let drivers = world.drivers.lock().expect("drivers");
         let mut orphans: Vec<String> = drivers
             .iter()
-            .filter(|(_, ds)| ds.iter().all(|d| incarnations[d.0 as usize] != d.1))
+            .filter(|(_, ds)| ds.iter().all(|d| !live(&incarnations, *d)))
             .map(|(run_id, _)| run_id.to_string())
             .collect();
         // In run id order, whatever order the hash map holds them in.
