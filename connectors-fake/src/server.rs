@@ -289,7 +289,7 @@ impl<A: Api> Connector for FakeConnector<A> {
         pin_in_place(move || async move {
             let draws = Fake::draw(self);
             sleep_ms(draws.request_ms).await;
-            let outcome = self.serve_call(&request, &draws);
+            let outcome = self.serve_call(&request, &draws, self.clock.now_ms());
             sleep_ms(self.wait_ms(&draws)).await;
             outcome
         })
@@ -299,7 +299,7 @@ impl<A: Api> Connector for FakeConnector<A> {
         pin_in_place(move || async move {
             let draws = Fake::draw(self);
             sleep_ms(draws.request_ms).await;
-            let found = self.serve_lookup(&request, &draws);
+            let found = self.serve_lookup(&request, &draws, self.clock.now_ms());
             sleep_ms(self.wait_ms(&draws)).await;
             found
         })
@@ -437,17 +437,19 @@ pub trait Fake: Connector {
     fn record_count(&self) -> usize;
 
     // A call and a lookup taken apart at the request's arrival, for a caller that delivers requests itself (the
-    // simulator's network): `call` is `draw`, a sleep of `request_ms`, `serve_call`, a sleep of `wait_ms`.
+    // simulator's network): `call` is `draw`, a sleep of `request_ms`, `serve_call` at that instant, a sleep of
+    // `wait_ms`. The arrival time is given, not read from the clock, so a caller may serve a request later than it
+    // arrives (the simulator serves it before anything can observe the API at a later time) with the same result.
 
     /// The latency, fault and lag of the next request, drawn when it is sent.
     fn draw(&self) -> Draws;
     /// How long after its arrival the answer to a request with `draws` reaches the caller: the response half, or
     /// (a lost response) the rest of the caller's timeout.
     fn wait_ms(&self, draws: &Draws) -> u64;
-    /// Serves a call that reaches the API now: a write commits, and its effect and event go to the sink.
-    fn serve_call(&self, request: &Request<'_>, draws: &Draws) -> Outcome;
-    /// Serves a lookup that reaches the API now.
-    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws) -> LookupOutcome;
+    /// Serves a call that reaches the API at `at_ms`: a write commits, and its effect and event go to the sink.
+    fn serve_call(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> Outcome;
+    /// Serves a lookup that reaches the API at `at_ms`.
+    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> LookupOutcome;
 }
 
 impl<A: Api> Fake for FakeConnector<A> {
@@ -475,22 +477,20 @@ impl<A: Api> Fake for FakeConnector<A> {
         }
     }
 
-    fn serve_call(&self, request: &Request<'_>, draws: &Draws) -> Outcome {
-        let now_ms = self.clock.now_ms();
+    fn serve_call(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> Outcome {
         let Handled { outcome, effect, event } =
-            self.server.lock().expect("fake server lock poisoned").handle(now_ms, request, draws);
+            self.server.lock().expect("fake server lock poisoned").handle(at_ms, request, draws);
         if let Some(effect) = effect {
             self.sink.effect(effect);
         }
         if let Some(event) = event {
-            self.sink.webhook_event(event);
+            self.sink.webhook_event(event, at_ms);
         }
         outcome
     }
 
-    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws) -> LookupOutcome {
-        let now_ms = self.clock.now_ms();
-        self.server.lock().expect("fake server lock poisoned").lookup(now_ms, request, draws)
+    fn serve_lookup(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> LookupOutcome {
+        self.server.lock().expect("fake server lock poisoned").lookup(at_ms, request, draws)
     }
 
     fn heal(&self) {

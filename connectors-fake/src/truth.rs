@@ -55,9 +55,9 @@ impl Effect {
 pub trait EffectSink: Send + Sync {
     fn effect(&self, effect: Effect);
 
-    /// A change emitted a webhook event; the simulator schedules its deliveries
+    /// A change at `at_ms` emitted a webhook event; the simulator schedules its deliveries
     /// ([`crate::webhooks::delivery_schedule`]). Ignored by default.
-    fn webhook_event(&self, _event: WebhookEvent) {}
+    fn webhook_event(&self, _event: WebhookEvent, _at_ms: u64) {}
 }
 
 /// Drops everything (for benches and for callers that only want outcomes).
@@ -99,7 +99,7 @@ impl EffectSink for RecordingSink {
         self.effects.lock().expect("sink lock poisoned").push(effect);
     }
 
-    fn webhook_event(&self, event: WebhookEvent) {
+    fn webhook_event(&self, event: WebhookEvent, _at_ms: u64) {
         self.events.lock().expect("sink lock poisoned").push(event);
     }
 }

@@ -87,10 +87,12 @@ mod simulated {
     }
 
     #[madsim::test]
-    async fn a_call_taken_apart_at_its_arrival_is_the_same_call() {
-        // Two fakes from the same seed: one called whole, the other through `draw`, a sleep of the request half,
-        // `serve_call` and a sleep of `wait_ms` (what the simulator's network does). Latencies vary and a third of the
-        // responses are lost after commit, so both halves of the wait are exercised.
+    async fn a_call_taken_apart_and_served_late_at_its_arrival_time_is_the_same_call() {
+        // Two fakes from the same seed: one called whole, the other through `draw`, a sleep of both halves of the
+        // latency, and only then `serve_call` at the time the request arrived (what the simulator's network does:
+        // it serves a request before anything can observe the API later than its arrival, here when the answer is
+        // due). Latencies vary and a third of the responses are lost after commit, so both halves of the wait are
+        // exercised; the effects must be the same, committed at the same times.
         let profile = FaultProfile {
             latency_ms_median: 100,
             latency_ms_p99: 900,
@@ -101,6 +103,7 @@ mod simulated {
         let (whole, whole_sink, clock) = fake(FakeKind::Payments, profile.clone());
         let (halves, halves_sink, _) = fake(FakeKind::Payments, profile);
         let mut timeouts = 0;
+        let mut arrivals = Vec::new();
         for i in 0..40u8 {
             let key = Key([i; 32]);
             let inputs = inputs();
@@ -110,15 +113,21 @@ mod simulated {
             let whole_ms = clock.now_ms() - start_ms;
             let start_ms = clock.now_ms();
             let draws = halves.draw();
-            tokio::time::sleep(Duration::from_millis(draws.request_ms)).await;
-            let served = halves.serve_call(&request, &draws);
-            tokio::time::sleep(Duration::from_millis(halves.wait_ms(&draws))).await;
+            let arrival_ms = start_ms + draws.request_ms;
+            arrivals.push(arrival_ms);
+            tokio::time::sleep(Duration::from_millis(draws.request_ms + halves.wait_ms(&draws))).await;
+            let served = halves.serve_call(&request, &draws, arrival_ms);
             assert_eq!(served, outcome, "call {i}");
             assert_eq!(clock.now_ms() - start_ms, whole_ms, "call {i}");
             timeouts += usize::from(outcome == Outcome::Indeterminate(TIMEOUT.into()));
         }
         assert!(timeouts > 0 && timeouts < 40, "{timeouts} of 40 timed out");
-        assert_eq!(whole_sink.effects().len(), halves_sink.effects().len());
+        // Committed at the arrival, not when served, and visible after the same lag as the whole call's.
+        let committed: Vec<u64> = halves_sink.effects().iter().map(|e| e.committed_ms).collect();
+        assert_eq!(committed, arrivals);
+        let lags =
+            |sink: &RecordingSink| sink.effects().iter().map(|e| e.visible_ms - e.committed_ms).collect::<Vec<_>>();
+        assert_eq!(lags(&whole_sink), lags(&halves_sink));
         assert_eq!(whole_sink.effects().len(), 40, "every charge commits, lost response or not");
     }
 

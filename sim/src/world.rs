@@ -122,11 +122,21 @@ impl SimClock {
     fn instant(&self) -> tokio::time::Instant {
         self.time.now_instant()
     }
+
+    /// The runtime's elapsed time now: [`Clock::now_ms`] is [`SimClock::ms_at`] of it.
+    fn elapsed(&self) -> Duration {
+        self.time.elapsed()
+    }
+
+    /// The simulated milliseconds at runtime elapsed time `elapsed`.
+    fn ms_at(&self, elapsed: Duration) -> u64 {
+        self.epoch_ms + (elapsed - self.start).as_millis() as u64
+    }
 }
 
 impl Clock for SimClock {
     fn now_ms(&self) -> u64 {
-        self.epoch_ms + (self.time.elapsed() - self.start).as_millis() as u64
+        self.ms_at(self.time.elapsed())
     }
 }
 
@@ -180,10 +190,10 @@ impl EffectSink for Monitor {
         state.note_violation();
     }
 
-    fn webhook_event(&self, event: WebhookEvent) {
+    fn webhook_event(&self, event: WebhookEvent, at_ms: u64) {
         // Changes inside the fakes emit events too; the world's webhook traffic comes from the generator, so these
         // are recorded in the trace only.
-        self.world_event("fake-webhook", &[Field::Str(&event.source), Field::Str(&event.event_id)]);
+        self.lock().trace.record(at_ms, "fake-webhook", &[Field::Str(&event.source), Field::Str(&event.event_id)]);
     }
 }
 
@@ -195,6 +205,7 @@ struct WorkerObserver {
 
 impl Observer for WorkerObserver {
     fn event(&self, event: &Event<'_>) {
+        self.world.settle();
         let monitor = &self.world.monitor;
         let now = monitor.clock.now_ms();
         let mut state = monitor.lock();
@@ -204,12 +215,14 @@ impl Observer for WorkerObserver {
     }
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
+        // Most scenarios have no crash points, and every step passes several: answer those without the clock.
+        if !self.world.monitor.lock().crash_points_armed() {
+            return false;
+        }
+        // A crash point is recorded in the trace after the requests that arrived before it.
+        self.world.settle();
         let crash = {
             let mut state = self.world.monitor.lock();
-            // Most scenarios have no crash points, and every step passes several: answer those without the clock.
-            if !state.crash_points_armed() {
-                return false;
-            }
             let now = self.world.monitor.clock.now_ms();
             // A worker that has just restarted walks every one of its runs past their crash points again; without a
             // grace period a high crash-point probability turns into a crash storm that never lets it work.
@@ -419,8 +432,8 @@ enum Answered {
 /// Where a sent request's answer stands. The slot is the rendezvous between the sender and the network: a oneshot
 /// channel per request cost a heap block each.
 enum Answer {
-    /// Not served yet; the sender's waker once it waits.
-    Pending(Option<std::task::Waker>),
+    /// Not served yet.
+    Pending,
     Served(Answered),
     /// The sender is gone (its worker was killed): the slot is freed once the request is served.
     Abandoned,
@@ -432,58 +445,56 @@ struct Slot {
     answer: Answer,
 }
 
-/// The requests sent and not yet arrived, served at their arrival by one task on the fakes' node ([`network`]).
+/// The requests sent and not yet served, each served at its arrival time ([`Network::serve_arrived`]).
 ///
 /// Once sent, a request reaches its API after the request half of its latency whatever happens to the sender: a
-/// paused worker resumes to find the answer waiting, a killed one never reads it. The sender sleeps until the answer
-/// arrives (it knows when from the draws) and then takes it from the request's slot. One long-lived task serves every
-/// arrival, instead of a task spawned per request with two sleeps of its own: a spawn, two polls and a wake-up fewer
-/// per call.
-///
-/// The sender sets the timer that wakes the serving task at the arrival (a `Sleep` polled once with that task's
-/// waker, then dropped). This relies on madsim's timers firing whether or not their `Sleep` is still held, which is
-/// how madsim 0.2 implements them (`Sleep::poll` adds a timer with a clone of the waker and nothing removes it); were
-/// that to change, no request would arrive and every simulation test would fail on I8.
-#[derive(Default)]
+/// paused worker resumes to find the answer waiting, a killed one never reads it. A request is served lazily, but as
+/// of its arrival: the fake is given the arrival time (`Fake::serve_call`), and every request that has arrived is
+/// served, in arrival order, before anything can observe the fakes or their effects at a later time. That is, before
+/// the sender takes its answer (it sleeps until the answer is due, which is after the arrival), before every event
+/// the monitor records (the engine's, the world's), and before a run is finished, a person looks at a paused run,
+/// or the results are read ([`Shared::settle`]). The fakes' state, their answers and their effects are what serving
+/// each request at its arrival would give; what is saved is a timer and a wake-up per request (the arrival), which
+/// were a third of the runtime's polls.
 struct Network {
     queue: Mutex<NetworkQueue>,
+    /// The earliest arrival queued (runtime elapsed nanoseconds; `u64::MAX` when none): [`Network::serve_arrived`]
+    /// looks at it without the lock, since most of the times it is asked nothing has arrived.
+    next_arrival_ns: AtomicU64,
 }
 
 #[derive(Default)]
 struct NetworkQueue {
-    /// Arrivals, earliest first, then in send order (the same for the same seed), each naming its slot.
-    arrivals: std::collections::BinaryHeap<std::cmp::Reverse<(tokio::time::Instant, u64, usize)>>,
+    /// Arrivals (runtime elapsed time), earliest first, then in send order (the same for the same seed), each naming
+    /// its slot.
+    arrivals: std::collections::BinaryHeap<std::cmp::Reverse<(Duration, u64, usize)>>,
     /// The requests in flight and their answers; a slot is reused once its answer is taken (the last freed first,
     /// still warm).
     slots: Vec<Slot>,
     free: Vec<usize>,
     sent_count: u64,
-    /// The serving task's waker, once it has run.
-    server: Option<std::task::Waker>,
 }
 
 impl NetworkQueue {
-    /// Makes the serving task run at `arrival` (at once if that is now).
-    fn wake_server_at(&self, arrival: tokio::time::Instant) {
-        if let Some(server) = &self.server {
-            let mut timer = std::pin::pin!(tokio::time::sleep_until(arrival));
-            if timer.as_mut().poll(&mut std::task::Context::from_waker(server)).is_ready() {
-                server.wake_by_ref();
-            }
-        }
+    fn free_slot(&mut self, slot: usize) {
+        self.slots[slot] = Slot { request: None, answer: Answer::Pending };
+        self.free.push(slot);
     }
 
-    fn free_slot(&mut self, slot: usize) {
-        self.slots[slot] = Slot { request: None, answer: Answer::Pending(None) };
-        self.free.push(slot);
+    fn next_arrival_ns(&self) -> u64 {
+        self.arrivals.peek().map_or(u64::MAX, |std::cmp::Reverse((at, _, _))| at.as_nanos() as u64)
     }
 }
 
 impl Network {
-    /// Queues `request` to arrive at `arrival`; returns the slot its answer will be in.
-    fn send(&self, arrival: tokio::time::Instant, request: InFlight) -> usize {
+    fn new() -> Self {
+        Network { queue: Mutex::default(), next_arrival_ns: AtomicU64::new(u64::MAX) }
+    }
+
+    /// Queues `request` to arrive at `arrival` (runtime elapsed time); returns the slot its answer will be in.
+    fn send(&self, arrival: Duration, request: InFlight) -> usize {
         let mut queue = self.queue.lock().expect("network queue");
-        let filled = Slot { request: Some(request), answer: Answer::Pending(None) };
+        let filled = Slot { request: Some(request), answer: Answer::Pending };
         let slot = match queue.free.pop() {
             Some(slot) => {
                 queue.slots[slot] = filled;
@@ -497,46 +508,59 @@ impl Network {
         let order = queue.sent_count;
         queue.sent_count += 1;
         queue.arrivals.push(std::cmp::Reverse((arrival, order, slot)));
-        queue.wake_server_at(arrival);
+        self.next_arrival_ns.store(queue.next_arrival_ns(), Ordering::Relaxed);
         slot
     }
 
-    /// The first request whose arrival time has come, if any, with its slot.
-    fn arrived(&self, now: tokio::time::Instant) -> Option<(usize, InFlight)> {
+    /// Serves, in arrival order, every request that has arrived by `now` (runtime elapsed time), each at its
+    /// arrival time: `at_ms` turns an arrival into the simulated milliseconds the fakes read.
+    fn serve_arrived(&self, now: Duration, at_ms: impl Fn(Duration) -> u64) {
+        if (now.as_nanos() as u64) < self.next_arrival_ns.load(Ordering::Relaxed) {
+            return;
+        }
+        while let Some((slot, arrival, InFlight { fake, sent, draws, lookup })) = self.arrived(now) {
+            // A sender that died meanwhile abandoned its slot: the request is served all the same.
+            let at = at_ms(arrival);
+            let answered = if lookup {
+                Answered::Lookup(fake.serve_lookup(&sent.request(), &draws, at))
+            } else {
+                Answered::Call(fake.serve_call(&sent.request(), &draws, at))
+            };
+            self.answer(slot, answered);
+        }
+    }
+
+    /// The first request whose arrival time has come, if any, with its slot and arrival.
+    fn arrived(&self, now: Duration) -> Option<(usize, Duration, InFlight)> {
         let mut queue = self.queue.lock().expect("network queue");
         let &std::cmp::Reverse((at, _, slot)) = queue.arrivals.peek()?;
         if at > now {
             return None;
         }
         queue.arrivals.pop();
+        self.next_arrival_ns.store(queue.next_arrival_ns(), Ordering::Relaxed);
         let request = queue.slots[slot].request.take().expect("a queued request is in its slot");
-        Some((slot, request))
+        Some((slot, at, request))
     }
 
-    /// Puts a served request's answer in its slot and wakes its sender if it waits; drops it if the sender is gone.
+    /// Puts a served request's answer in its slot; drops it if the sender is gone.
     fn answer(&self, slot: usize, answered: Answered) {
         let mut queue = self.queue.lock().expect("network queue");
         match std::mem::replace(&mut queue.slots[slot].answer, Answer::Served(answered)) {
-            Answer::Pending(Some(sender)) => sender.wake(),
-            Answer::Pending(None) => {}
+            Answer::Pending => {}
             Answer::Abandoned => queue.free_slot(slot),
             Answer::Served(_) => unreachable!("a request is served once"),
         }
     }
 
-    /// The answer in `slot` once it is served (the slot is then freed); registers the sender's waker until then.
-    fn poll_answer(&self, slot: usize, cx: &mut std::task::Context<'_>) -> std::task::Poll<Answered> {
+    /// The answer in `slot`, which must be served (the slot is then freed).
+    fn take_answer(&self, slot: usize) -> Answered {
         let mut queue = self.queue.lock().expect("network queue");
-        let answer = &mut queue.slots[slot].answer;
-        if let Answer::Pending(waiter) = answer {
-            *waiter = Some(cx.waker().clone());
-            return std::task::Poll::Pending;
-        }
-        let Answer::Served(answered) = std::mem::replace(answer, Answer::Abandoned) else {
-            unreachable!("only a sender abandons its slot, and it no longer polls")
+        let Answer::Served(answered) = std::mem::replace(&mut queue.slots[slot].answer, Answer::Abandoned) else {
+            unreachable!("an answer is taken once it is due, after its request arrived and was served")
         };
         queue.free_slot(slot);
-        std::task::Poll::Ready(answered)
+        answered
     }
 
     /// The sender of the request in `slot` is gone before taking its answer: the slot is freed now if the answer is
@@ -545,7 +569,7 @@ impl Network {
         let mut queue = self.queue.lock().expect("network queue");
         match queue.slots[slot].answer {
             Answer::Served(_) => queue.free_slot(slot),
-            Answer::Pending(_) => queue.slots[slot].answer = Answer::Abandoned,
+            Answer::Pending => queue.slots[slot].answer = Answer::Abandoned,
             Answer::Abandoned => unreachable!("a slot is abandoned once"),
         }
     }
@@ -560,10 +584,9 @@ struct Awaiting<'a> {
 }
 
 impl Awaiting<'_> {
-    async fn answer(mut self) -> Answered {
-        let answered = std::future::poll_fn(|cx| self.network.poll_answer(self.slot, cx)).await;
+    fn take(mut self) -> Answered {
         self.taken = true;
-        answered
+        self.network.take_answer(self.slot)
     }
 }
 
@@ -573,36 +596,6 @@ impl Drop for Awaiting<'_> {
             self.network.abandon(self.slot);
         }
     }
-}
-
-/// Serves every request at its arrival time, in arrival order, for as long as the simulation runs (the fakes' node is
-/// never killed). Woken by the timers the senders set.
-async fn network(world: Arc<Shared>) {
-    std::future::poll_fn(|cx| {
-        {
-            let mut queue = world.network.queue.lock().expect("network queue");
-            if queue.server.is_none() {
-                // First run: requests sent before this task had a waker get their timers now.
-                queue.server = Some(cx.waker().clone());
-                let arrivals: Vec<_> = queue.arrivals.iter().map(|std::cmp::Reverse((at, _, _))| *at).collect();
-                for at in arrivals {
-                    queue.wake_server_at(at);
-                }
-            }
-        }
-        let now = world.monitor.clock.instant();
-        while let Some((slot, InFlight { fake, sent, draws, lookup })) = world.network.arrived(now) {
-            // A sender that died meanwhile abandoned its slot: the request is served all the same.
-            let answered = if lookup {
-                Answered::Lookup(fake.serve_lookup(&sent.request(), &draws))
-            } else {
-                Answered::Call(fake.serve_call(&sent.request(), &draws))
-            };
-            world.network.answer(slot, answered);
-        }
-        std::task::Poll::<()>::Pending
-    })
-    .await
 }
 
 impl WorkerLink {
@@ -630,16 +623,18 @@ impl WorkerLink {
     /// Sends `request` and returns its answer when it is due: the request half of the latency, then the answer's wait.
     async fn send_and_wait(&self, request: &Request<'_>, lookup: bool) -> Answered {
         let draws = self.inner.draw();
-        let now = self.world.monitor.clock.instant();
-        let arrival = now + Duration::from_millis(draws.request_ms);
-        let answered = arrival + Duration::from_millis(self.inner.wait_ms(&draws));
+        let clock = &self.world.monitor.clock;
+        let request_half = Duration::from_millis(draws.request_ms);
+        let arrival = clock.elapsed() + request_half;
+        let answered = clock.instant() + request_half + Duration::from_millis(self.inner.wait_ms(&draws));
         let sent = Sent::of(request, &self.action_names);
         let network = &self.world.network;
         let slot = network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, lookup });
         let awaiting = Awaiting { network, slot, taken: false };
         tokio::time::sleep_until(answered).await;
-        // Served by now, unless the answer is due the instant the request arrives and this task ran first.
-        awaiting.answer().await
+        // The request arrived by now: served here unless something else served it first.
+        self.world.settle();
+        awaiting.take()
     }
 }
 
@@ -734,12 +729,25 @@ struct Shared {
     webhook_starts: Mutex<FastMap<CompactString, ChangeDeliveries>>,
     /// The front door engine (set once the world is built).
     api: Mutex<Option<Arc<Engine>>>,
-    /// The node the fake APIs serve requests on: never paused, never killed.
-    fakes_node: madsim::runtime::NodeHandle,
-    /// Requests between the workers and the fakes, served on `fakes_node`.
+    /// Requests between the workers and the fakes.
     network: Network,
     /// The built-in workflows, parsed once: every worker incarnation registers copies (a restart must not re-parse).
     workflows: Vec<engine::workflow::Workflow>,
+}
+
+impl Shared {
+    /// Serves every request that has arrived by now (see [`Network`]). Called before anything observes the fakes
+    /// or their effects: every event the monitor records, a run's end, a person's look at a paused run, the results.
+    fn settle(&self) {
+        let clock = &self.monitor.clock;
+        self.network.serve_arrived(clock.elapsed(), |arrival| clock.ms_at(arrival));
+    }
+
+    /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it.
+    fn world_event(&self, tag: &str, fields: &[Field<'_>]) {
+        self.settle();
+        self.monitor.world_event(tag, fields);
+    }
 }
 
 /// Whether a driver is live: its worker has not crashed since it started (the person's desk's slot is never bumped).
@@ -784,8 +792,9 @@ impl Shared {
             down[worker as usize] = true;
         }
         self.incarnations.lock().expect("incarnations")[worker as usize] += 1;
+        self.settle();
         self.monitor.lock().checker.worker_killed(worker);
-        self.monitor.world_event("worker-killed", &[Field::U64(worker as u64)]);
+        self.world_event("worker-killed", &[Field::U64(worker as u64)]);
         let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             madsim::runtime::Handle::current().kill(id);
@@ -810,7 +819,7 @@ impl Shared {
             down[worker as usize] = false;
         }
         self.up_since_ms.lock().expect("up since")[worker as usize] = self.monitor.clock.now_ms();
-        self.monitor.world_event("worker-restarted", &[Field::U64(worker as u64)]);
+        self.world_event("worker-restarted", &[Field::U64(worker as u64)]);
         let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             madsim::runtime::Handle::current().restart(id);
@@ -913,14 +922,13 @@ impl Shared {
         let status =
             match engine::executor::record_resolution(self.ledger.as_ref(), &run_id, &resolution, "person", now_ms) {
                 Ok(status) => {
-                    self.monitor.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(resolution.name())]);
+                    self.world_event("person-resolved", &[Field::Str(&run_id), Field::Str(resolution.name())]);
                     status
                 }
                 // A drive that started before the pause and outlived it (a worker stalled past its lease, then resumed)
                 // may have carried the run on since: the person finds nothing to decide, as `flow resolve` would say.
                 Err(engine::executor::Error::NotPaused { status, .. }) => {
-                    self.monitor
-                        .world_event("person-found-not-paused", &[Field::Str(&run_id), Field::Str(status.as_str())]);
+                    self.world_event("person-found-not-paused", &[Field::Str(&run_id), Field::Str(status.as_str())]);
                     status
                 }
                 Err(e) => {
@@ -989,6 +997,8 @@ impl Shared {
     /// What a careful person decides: if the external system shows the effect, mark the step done with it;
     /// otherwise send it again.
     fn person_decision(&self, run_id: &str) -> Resolution {
+        // What the person finds in the external system includes every request that has reached it.
+        self.settle();
         match self.monitor.lock().checker.paused_effect(run_id) {
             Some(object_id) => Resolution::MarkDone { output: serde_json::json!({ "id": object_id }) },
             None => Resolution::Retry,
@@ -1006,11 +1016,13 @@ impl Shared {
     }
 
     fn engine_error(&self, message: String) {
-        self.monitor.world_event("engine-error", &[Field::Str(&message)]);
+        self.world_event("engine-error", &[Field::Str(&message)]);
         self.engine_errors.lock().expect("errors").push(message);
     }
 
     fn finish_run(&self, run_id: &str, status: RunStatus) {
+        // The run's effects so far are checked, and the fakes forget the run, after every request that reached them.
+        self.settle();
         let finished = {
             let mut state = self.monitor.lock();
             state.trace.record(
@@ -1293,9 +1305,7 @@ fn deliver(
             object_id: Some(String::from(event.object_id.as_str())),
             event_type: Some(event.event_type.to_owned()),
         };
-        world
-            .monitor
-            .world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
+        world.world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
         match api.intake_webhook(&webhook_source(world, workflow), &incoming) {
             Ok(Intake::Started { run_id }) => {
                 if forged {
@@ -1425,7 +1435,7 @@ async fn cut_randomly(world: Arc<Shared>) {
         let worker = rng.range(0, knobs.workers as u64) as usize;
         let until = world.monitor.clock.now_ms() + knobs.cut_ms;
         world.cut_until_ms[worker].store(until, Ordering::Relaxed);
-        world.monitor.world_event("network-cut", &[Field::U64(worker as u64), Field::U64(until)]);
+        world.world_event("network-cut", &[Field::U64(worker as u64), Field::U64(until)]);
     }
 }
 
@@ -1439,11 +1449,11 @@ async fn stall_randomly(world: Arc<Shared>) {
         }
         let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         let Some(id) = node else { continue };
-        world.monitor.world_event("worker-stalled", &[Field::U64(worker as u64), Field::U64(knobs.stall_ms)]);
+        world.world_event("worker-stalled", &[Field::U64(worker as u64), Field::U64(knobs.stall_ms)]);
         madsim::runtime::Handle::current().pause(id);
         tokio::time::sleep(Duration::from_millis(knobs.stall_ms)).await;
         madsim::runtime::Handle::current().resume(id);
-        world.monitor.world_event("worker-resumed", &[Field::U64(worker as u64)]);
+        world.world_event("worker-resumed", &[Field::U64(worker as u64)]);
     }
 }
 
@@ -1452,10 +1462,11 @@ const PRUNE_TASKS_EVERY_RUNS: u64 = 1024;
 
 /// Frees what madsim keeps of finished tasks. madsim holds a weak reference to every task spawned on a node until
 /// the node is killed or its tasks are counted, and a weak reference keeps the task's record (its `TaskInfo`, 144
-/// bytes) allocated. Every connector call is a task on the fakes' node, which is never killed: counted once a
-/// simulated minute only, the dead ones were a fifth of the live heap under the default profile, spread among the
-/// live blocks where the allocator could not reuse the space. Counting draws nothing from the seeded RNG and wakes
-/// no task, so how often it happens changes nothing else.
+/// bytes) allocated. Every webhook change's deliveries, redelivery, restart and person's desk is a task on the
+/// supervisor's node, which is never killed (and until stop 18 every connector call was one on a fakes' node):
+/// counted once a simulated minute only, the dead ones were a fifth of the live heap under the default profile,
+/// spread among the live blocks where the allocator could not reuse the space. Counting draws nothing from the
+/// seeded RNG and wakes no task, so how often it happens changes nothing else.
 fn prune_dead_tasks() {
     let _ = madsim::runtime::Handle::current().metrics().num_tasks();
 }
@@ -1478,7 +1489,7 @@ async fn housekeeping(world: Arc<Shared>, api: Arc<Engine>) {
         }
         match api.expire_webhooks() {
             Ok(0) => {}
-            Ok(expired) => world.monitor.world_event("inbox-expired", &[Field::U64(expired)]),
+            Ok(expired) => world.world_event("inbox-expired", &[Field::U64(expired)]),
             Err(e) => world.engine_error(format!("expire webhook inbox: {e}")),
         }
     }
@@ -1540,12 +1551,10 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         supervisor: Mutex::new(None),
         webhook_starts: Mutex::new(FastMap::default()),
         api: Mutex::new(None),
-        fakes_node: handle.create_node().name("fakes").build(),
-        network: Network::default(),
+        network: Network::new(),
         workflows: workflows::compiled_for(&config.profile),
         config,
     });
-    world.fakes_node.spawn(network(world.clone()));
     let supervisor = handle.create_node().name("supervisor").build();
     *world.supervisor.lock().expect("supervisor") = Some(supervisor.clone());
     for worker in 0..workers {
@@ -1572,7 +1581,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     world.healed.store(true, Ordering::Relaxed);
     world.fakes.heal();
     monitor.lock().chaos = false;
-    monitor.world_event("heal", &[]);
+    world.world_event("heal", &[]);
     for c in chaos {
         c.abort();
     }
@@ -1592,7 +1601,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         tokio::time::sleep(Duration::from_millis(1_000)).await;
     }
     let end_ms = clock.now_ms();
-    monitor.world_event("end", &[Field::U64(end_ms - EPOCH_MS)]);
+    world.world_event("end", &[Field::U64(end_ms - EPOCH_MS)]);
     progress.done.store(true, Ordering::Relaxed);
     for error in world.engine_errors.lock().expect("errors").iter() {
         monitor.lock().checker.external_violation("I8", format!("engine error: {error}"));
@@ -1605,7 +1614,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
             Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
             None => format!("not in the ledger; drivers {drivers:?}"),
         };
-        monitor.world_event("stuck-run", &[Field::Str(&run_id), Field::Str(&detail)]);
+        world.world_event("stuck-run", &[Field::Str(&run_id), Field::Str(&detail)]);
         eprintln!("flowsim: run {run_id} did not finish: {detail}");
     }
     let mut state = monitor.lock();
@@ -1698,9 +1707,9 @@ mod tests {
         (FakeKind::Payouts.connector("payouts", FaultProfile::default(), Rng::new(1), clock, sink.clone()), sink)
     }
 
-    fn send(network: &Network, fake: &Arc<dyn Fake>, at: tokio::time::Instant) -> usize {
+    fn send(network: &Network, fake: &Arc<dyn Fake>, at: Duration, key: u8) -> usize {
         let inputs = Arc::new(serde_json::json!({ "amount": 5 }));
-        let key = Key([9; 32]);
+        let key = Key([key; 32]);
         let request = Request {
             action: FakeKind::Payouts.create_action(),
             inputs: &inputs,
@@ -1712,42 +1721,51 @@ mod tests {
             .send(at, InFlight { fake: fake.clone(), sent: Sent::of(&request, &[]), draws: fake.draw(), lookup: false })
     }
 
-    /// Serves the next arrived request and puts its answer in its slot.
-    fn serve_next(network: &Network, now: tokio::time::Instant) -> usize {
-        let (slot, InFlight { fake, sent, draws, .. }) = network.arrived(now).expect("a request has arrived");
-        network.answer(slot, Answered::Call(fake.serve_call(&sent.request(), &draws)));
-        slot
+    /// Serves what has arrived by `now_ms`, each request at its arrival in whole milliseconds.
+    fn serve(network: &Network, now_ms: u64) {
+        network.serve_arrived(Duration::from_millis(now_ms), |arrival| arrival.as_millis() as u64);
     }
 
-    #[madsim::test]
-    async fn a_request_slot_is_freed_whether_its_sender_takes_the_answer_or_is_gone() {
-        let network = Network::default();
+    #[test]
+    fn requests_are_served_in_arrival_order_at_their_arrival_times_once_they_have_arrived() {
+        let network = Network::new();
         let (fake, sink) = payouts();
-        let now = madsim::time::TimeHandle::current().now_instant();
-        // Taken: the sender waits before the answer is there, is woken by it, and takes it.
-        let slot = send(&network, &fake, now);
-        let woken = Arc::new(AtomicBool::new(false));
-        struct Flag(Arc<AtomicBool>);
-        impl std::task::Wake for Flag {
-            fn wake(self: Arc<Self>) {
-                self.0.store(true, Ordering::Relaxed);
-            }
+        // Sent out of arrival order; two arrive at the same instant (then in send order).
+        let late = send(&network, &fake, Duration::from_millis(30), 1);
+        let early = send(&network, &fake, Duration::from_millis(10), 2);
+        let tied = send(&network, &fake, Duration::from_millis(30), 3);
+        serve(&network, 9);
+        assert!(sink.effects().is_empty(), "nothing is served before it arrives");
+        serve(&network, 29);
+        let served: Vec<(u8, u64)> = sink.effects().iter().map(|e| (e.key.0[0], e.committed_ms)).collect();
+        assert_eq!(served, [(2, 10)], "served at its arrival time, not when served");
+        serve(&network, 500);
+        let served: Vec<(u8, u64)> = sink.effects().iter().map(|e| (e.key.0[0], e.committed_ms)).collect();
+        assert_eq!(served, [(2, 10), (1, 30), (3, 30)]);
+        for slot in [early, late, tied] {
+            let answered = Awaiting { network: &network, slot, taken: false }.take();
+            assert!(matches!(answered, Answered::Call(CallOutcome::Applied(_))));
         }
-        let waker = std::task::Waker::from(Arc::new(Flag(woken.clone())));
-        let mut cx = std::task::Context::from_waker(&waker);
-        assert!(network.poll_answer(slot, &mut cx).is_pending());
-        assert!(network.arrived(now - Duration::from_millis(1)).is_none(), "nothing arrives before its time");
-        assert_eq!(serve_next(&network, now), slot);
-        assert!(woken.load(Ordering::Relaxed), "the waiting sender is woken by its answer");
-        let answered = Awaiting { network: &network, slot, taken: false }.answer().await;
+        assert_eq!(network.next_arrival_ns.load(Ordering::Relaxed), u64::MAX, "nothing is left to arrive");
+    }
+
+    #[test]
+    fn a_request_slot_is_freed_whether_its_sender_takes_the_answer_or_is_gone() {
+        let network = Network::new();
+        let (fake, sink) = payouts();
+        let at = Duration::from_millis(5);
+        // Taken.
+        let slot = send(&network, &fake, at, 9);
+        serve(&network, 5);
+        let answered = Awaiting { network: &network, slot, taken: false }.take();
         assert!(matches!(answered, Answered::Call(CallOutcome::Applied(_))));
         // Gone before its request is served: the request is still served (its effect commits), then the slot freed.
-        let gone_early = send(&network, &fake, now);
+        let gone_early = send(&network, &fake, at, 9);
         drop(Awaiting { network: &network, slot: gone_early, taken: false });
-        assert_eq!(serve_next(&network, now), gone_early);
+        serve(&network, 5);
         // Gone after its answer came.
-        let gone_late = send(&network, &fake, now);
-        serve_next(&network, now);
+        let gone_late = send(&network, &fake, at, 9);
+        serve(&network, 5);
         drop(Awaiting { network: &network, slot: gone_late, taken: false });
         let queue = network.queue.lock().expect("network queue");
         assert_eq!(queue.slots.len(), 1, "each request reused the slot the previous one freed");
