@@ -205,9 +205,10 @@ struct WorkerObserver {
 
 impl Observer for WorkerObserver {
     fn event(&self, event: &Event<'_>) {
-        self.world.settle();
         let monitor = &self.world.monitor;
-        let now = monitor.clock.now_ms();
+        let elapsed = monitor.clock.elapsed();
+        self.world.settle_at(elapsed);
+        let now = monitor.clock.ms_at(elapsed);
         let mut state = monitor.lock();
         record_event(&mut state.trace, now, self.worker, event);
         state.checker.on_event(self.worker, now, event);
@@ -739,8 +740,14 @@ impl Shared {
     /// Serves every request that has arrived by now (see [`Network`]). Called before anything observes the fakes
     /// or their effects: every event the monitor records, a run's end, a person's look at a paused run, the results.
     fn settle(&self) {
+        self.settle_at(self.monitor.clock.elapsed());
+    }
+
+    /// [`Shared::settle`] for a caller that has read the clock already (`now`, the runtime's elapsed time): a
+    /// reading takes the runtime clock's lock.
+    fn settle_at(&self, now: Duration) {
         let clock = &self.monitor.clock;
-        self.network.serve_arrived(clock.elapsed(), |arrival| clock.ms_at(arrival));
+        self.network.serve_arrived(now, |arrival| clock.ms_at(arrival));
     }
 
     /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it.
