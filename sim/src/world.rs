@@ -460,7 +460,7 @@ struct Slot {
 struct Network {
     queue: Mutex<NetworkQueue>,
     /// The earliest arrival queued (runtime elapsed nanoseconds; `u64::MAX` when none): [`Network::serve_arrived`]
-    /// looks at it without the lock, since most of the times it is asked nothing has arrived.
+    /// looks at it without the lock, since most times it is asked nothing has arrived.
     next_arrival_ns: AtomicU64,
 }
 
@@ -1715,8 +1715,11 @@ mod tests {
     }
 
     fn send(network: &Network, fake: &Arc<dyn Fake>, at: Duration, key: u8) -> usize {
+        send_key(network, fake, at, Key([key; 32]))
+    }
+
+    fn send_key(network: &Network, fake: &Arc<dyn Fake>, at: Duration, key: Key) -> usize {
         let inputs = Arc::new(serde_json::json!({ "amount": 5 }));
-        let key = Key([key; 32]);
         let request = Request {
             action: FakeKind::Payouts.create_action(),
             inputs: &inputs,
@@ -1780,5 +1783,84 @@ mod tests {
         assert!(queue.arrivals.is_empty());
         drop(queue);
         assert_eq!(sink.effects_for(&Key([9; 32])), 3, "every sent request was served, its sender there or not");
+    }
+
+    /// What a test does next to the network: send a request arriving `ms` from now, let `ms` pass and settle, or drop
+    /// the sender of the `n`-th request still waiting for its answer.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Send(u64),
+        Settle(u64),
+        Abandon(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..40u64).prop_map(Step::Send),
+            (0..25u64).prop_map(Step::Settle),
+            any::<usize>().prop_map(Step::Abandon)
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of sends, settles and dead senders: every request is served once, in arrival order (ties
+        /// in send order), only once it has arrived, committed at its arrival time; a sender still there takes its
+        /// answer; every slot is freed in the end.
+        #[test]
+        fn the_network_serves_each_request_once_in_arrival_order_at_its_arrival(
+            steps in proptest::collection::vec(step(), 1..60)
+        ) {
+            let network = Network::new();
+            let (fake, sink) = payouts();
+            let mut now = 0u64;
+            // (arrival ms, send order, key) of every request sent, and the senders still waiting: (slot, arrival ms).
+            let mut sent: Vec<(u64, u64, Key)> = Vec::new();
+            let mut waiting: Vec<(usize, u64)> = Vec::new();
+            let check = |sent: &[(u64, u64, Key)], now: u64| {
+                let mut due: Vec<(u64, u64, Key)> = sent.iter().filter(|s| s.0 <= now).copied().collect();
+                due.sort_by_key(|s| (s.0, s.1));
+                let expected: Vec<(Key, u64)> = due.iter().map(|s| (s.2, s.0)).collect();
+                let served: Vec<(Key, u64)> = sink.effects().iter().map(|e| (e.key, e.committed_ms)).collect();
+                proptest::prop_assert_eq!(served, expected);
+                Ok(())
+            };
+            for step in steps {
+                match step {
+                    Step::Send(ms) => {
+                        let n = sent.len() as u64;
+                        let key = Key(*blake3::hash(&n.to_le_bytes()).as_bytes());
+                        let slot = send_key(&network, &fake, Duration::from_millis(now + ms), key);
+                        sent.push((now + ms, n, key));
+                        waiting.push((slot, now + ms));
+                    }
+                    Step::Settle(ms) => {
+                        now += ms;
+                        serve(&network, now);
+                        check(&sent, now)?;
+                        // The senders whose requests have arrived take their answers (as soon as an answer can be due).
+                        let (due, still): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|w| w.1 <= now);
+                        waiting = still;
+                        for (slot, _) in due {
+                            let answered = Awaiting { network: &network, slot, taken: false }.take();
+                            proptest::prop_assert!(matches!(answered, Answered::Call(CallOutcome::Applied(_))));
+                        }
+                    }
+                    Step::Abandon(n) if !waiting.is_empty() => {
+                        let (slot, _) = waiting.remove(n % waiting.len());
+                        drop(Awaiting { network: &network, slot, taken: false });
+                    }
+                    Step::Abandon(_) => {}
+                }
+            }
+            for (slot, _) in waiting.drain(..) {
+                drop(Awaiting { network: &network, slot, taken: false });
+            }
+            serve(&network, u64::MAX / 2_000_000);
+            check(&sent, u64::MAX)?;
+            let queue = network.queue.lock().expect("network queue");
+            proptest::prop_assert!(queue.arrivals.is_empty());
+            proptest::prop_assert_eq!(queue.free.len(), queue.slots.len(), "every slot is freed");
+        }
     }
 }
