@@ -136,8 +136,8 @@ pub struct Case {
     /// Workflows generated for this case, named `gen1`, `gen2`, … and added to the mix (they shrink away first).
     pub workflows: Vec<GenWorkflow>,
     /// A person resolves paused runs ([`PERSONS`]: `world.person_share` = level / 10, after [`PERSON_DELAY_MS`]).
-    /// Absent: nobody does. Generated after every other part, so the cases of earlier builds (and the regression file's seeds) keep
-    /// all the rest.
+    /// Absent: nobody does. Generated after every other part, so the cases of earlier builds (and the regression
+    /// file's seeds) keep all the rest.
     pub persons: Option<u32>,
 }
 
@@ -266,9 +266,13 @@ pub fn gen_name(i: usize) -> String {
 impl Case {
     /// How many fault knobs the case sets, connectors and world together.
     pub fn fault_count(&self) -> usize {
-        self.connector_faults.values().map(BTreeMap::len).sum::<usize>()
-            + self.world_faults.len()
-            + usize::from(self.persons.is_some())
+        self.connector_faults.values().map(BTreeMap::len).sum::<usize>() + self.world_levels().count()
+    }
+
+    /// The world faults the case sets, with their levels, and its person ([`PERSONS`]) last.
+    fn world_levels(&self) -> impl Iterator<Item = (&'static WorldFault, u32)> + '_ {
+        let faults = self.world_faults.iter().map(|(index, level)| (&WORLD_FAULTS[*index], *level));
+        faults.chain(self.persons.map(|level| (&PERSONS, level)))
     }
 
     /// The connectors of the world the case runs in.
@@ -326,11 +330,8 @@ impl Case {
                 summary.push(format!("connectors.{connector}.{} level {level}/{LEVELS_MAX}", knob.path));
             }
         }
-        for (index, level) in &self.world_faults {
-            summary.push(format!("world {} level {level}/{LEVELS_MAX}", WORLD_FAULTS[*index].name));
-        }
-        if let Some(level) = self.persons {
-            summary.push(format!("world {} level {level}/{LEVELS_MAX}", PERSONS.name));
+        for (fault, level) in self.world_levels() {
+            summary.push(format!("world {} level {level}/{LEVELS_MAX}", fault.name));
         }
         if summary.is_empty() {
             summary.push("none".into());
@@ -750,11 +751,8 @@ pub fn one_line(case: &Case) -> String {
             faults.push(format!("{connector}.{}@{level}", CONNECTOR_FAULTS[*index].path));
         }
     }
-    for (index, level) in &case.world_faults {
-        faults.push(format!("{}@{level}", WORLD_FAULTS[*index].name));
-    }
-    if let Some(level) = case.persons {
-        faults.push(format!("{}@{level}", PERSONS.name));
+    for (fault, level) in case.world_levels() {
+        faults.push(format!("{}@{level}", fault.name));
     }
     let mut line =
         format!("seed {} steps {} mix [{}] faults [{}]", case.seed, case.steps, mix.join(" "), faults.join(" "));
