@@ -799,9 +799,9 @@ impl Shared {
             down[worker as usize] = true;
         }
         self.incarnations.lock().expect("incarnations")[worker as usize] += 1;
-        self.settle();
-        self.monitor.lock().checker.worker_killed(worker);
+        // Recorded after the requests that arrived before it, which the checker sees before it learns of the kill.
         self.world_event("worker-killed", &[Field::U64(worker as u64)]);
+        self.monitor.lock().checker.worker_killed(worker);
         let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             madsim::runtime::Handle::current().kill(id);
