@@ -358,6 +358,12 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
          ledger, one shard (one core)",
         prepared.profile.world.runs_in_flight_max
     );
+    // scripts/rustc-pgo sets the cfg when it builds with the committed profile; the figures differ by about a tenth.
+    if cfg!(flowsim_pgo) {
+        println!("  build: profile-guided (pgo/flowsim.profdata, scripts/rustc-pgo)");
+    } else {
+        println!("  build: without the profile (FLOWSIM_PGO=0, a rustc other than pgo/rustc-commit names, or no pgo/)");
+    }
     const LEDGERS: [&str; 2] = ["memory", "sqlite"];
     let mut samples: [BenchSamples; 2] = Default::default();
     for _ in 0..repeat {
