@@ -107,6 +107,8 @@ struct Monitor {
 struct SimClock {
     time: madsim::time::TimeHandle,
     start: Duration,
+    /// The runtime's instant at elapsed time zero: its `now_instant()` is this plus its elapsed time.
+    base: tokio::time::Instant,
     epoch_ms: u64,
 }
 
@@ -115,12 +117,15 @@ impl SimClock {
     fn new(epoch_ms: u64) -> Self {
         let time = madsim::time::TimeHandle::current();
         let start = time.elapsed();
-        Self { time, start, epoch_ms }
+        // No time passes between the two readings: the runtime advances its clock only between polls.
+        let base = time.now_instant() - start;
+        Self { time, start, base, epoch_ms }
     }
 
-    /// The runtime's instant now (what `tokio::time::sleep_until` takes), read from the runtime, not the wall.
-    fn instant(&self) -> tokio::time::Instant {
-        self.time.now_instant()
+    /// The runtime's instant (what `tokio::time::sleep_until` takes) at runtime elapsed time `elapsed`, without
+    /// reading the clock again.
+    fn instant_at(&self, elapsed: Duration) -> tokio::time::Instant {
+        self.base + elapsed
     }
 
     /// The runtime's elapsed time now: [`Clock::now_ms`] is [`SimClock::ms_at`] of it.
@@ -143,11 +148,6 @@ impl Clock for SimClock {
 impl Monitor {
     fn lock(&self) -> std::sync::MutexGuard<'_, MonitorState> {
         self.state.lock().expect("the monitor lock is never poisoned: a panic ends the simulation")
-    }
-
-    fn world_event(&self, tag: &str, fields: &[Field<'_>]) {
-        let now = self.clock.now_ms();
-        self.lock().trace.record(now, tag, fields);
     }
 }
 
@@ -625,9 +625,8 @@ impl WorkerLink {
     async fn send_and_wait(&self, request: &Request<'_>, lookup: bool) -> Answered {
         let draws = self.inner.draw();
         let clock = &self.world.monitor.clock;
-        let request_half = Duration::from_millis(draws.request_ms);
-        let arrival = clock.elapsed() + request_half;
-        let answered = clock.instant() + request_half + Duration::from_millis(self.inner.wait_ms(&draws));
+        let arrival = clock.elapsed() + Duration::from_millis(draws.request_ms);
+        let answered = clock.instant_at(arrival + Duration::from_millis(self.inner.wait_ms(&draws)));
         let sent = Sent::of(request, &self.action_names);
         let network = &self.world.network;
         let slot = network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, lookup });
@@ -750,10 +749,13 @@ impl Shared {
         self.network.serve_arrived(now, |arrival| clock.ms_at(arrival));
     }
 
-    /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it.
+    /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it;
+    /// one clock reading serves both, as in [`WorkerObserver::event`].
     fn world_event(&self, tag: &str, fields: &[Field<'_>]) {
-        self.settle();
-        self.monitor.world_event(tag, fields);
+        let clock = &self.monitor.clock;
+        let elapsed = clock.elapsed();
+        self.settle_at(elapsed);
+        self.monitor.lock().trace.record(clock.ms_at(elapsed), tag, fields);
     }
 }
 
