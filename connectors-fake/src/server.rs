@@ -29,9 +29,12 @@ use crate::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request, pin_in_place};
 use engine::ledger::CompactString;
+// A spin lock: a fake's state is locked around every request but never contended in the simulation (one thread), and
+// releasing a spin lock is a plain store where std's `Mutex` swaps atomically (docs/speed.md, stop 27).
+use spin::Mutex;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The answer a keyed API stores for an error after commit, and the outcome the caller sees.
@@ -254,7 +257,7 @@ impl<A: Api> FakeConnector<A> {
     /// An adapter over an existing server (one per worker, all sharing the API's state).
     pub fn with_server(server: SharedServer<A>, rng: Rng, clock: Arc<dyn Clock>, sink: Arc<dyn EffectSink>) -> Self {
         let (name, actions, profile) = {
-            let s = server.lock().expect("fake server lock poisoned");
+            let s = server.lock();
             (s.api.name().clone(), s.api.actions().to_vec(), s.profile.clone())
         };
         Self { name, actions, server, profile, rng: Mutex::new(rng), clock, sink, healed: AtomicBool::new(false) }
@@ -266,7 +269,7 @@ impl<A: Api> FakeConnector<A> {
 
     /// Drops every record of a finished run (see [`Api::forget_run`]).
     pub fn forget_run(&self, run_id: &str) {
-        self.server.lock().expect("fake server lock poisoned").forget_run(run_id);
+        self.server.lock().forget_run(run_id);
     }
 }
 
@@ -458,7 +461,7 @@ impl<A: Api> Fake for FakeConnector<A> {
     }
 
     fn draw(&self) -> Draws {
-        let mut rng = self.rng.lock().expect("fake rng lock poisoned");
+        let mut rng = self.rng.lock();
         let mut draws = self.profile.sample_draws(&mut rng);
         if self.healed.load(std::sync::atomic::Ordering::Relaxed) {
             // The same draws as before (so healing does not shift the random stream), with the fault and the
@@ -478,8 +481,7 @@ impl<A: Api> Fake for FakeConnector<A> {
     }
 
     fn serve_call(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> Outcome {
-        let Handled { outcome, effect, event } =
-            self.server.lock().expect("fake server lock poisoned").handle(at_ms, request, draws);
+        let Handled { outcome, effect, event } = self.server.lock().handle(at_ms, request, draws);
         if let Some(effect) = effect {
             self.sink.effect(effect);
         }
@@ -490,7 +492,7 @@ impl<A: Api> Fake for FakeConnector<A> {
     }
 
     fn serve_lookup(&self, request: &Request<'_>, draws: &Draws, at_ms: u64) -> LookupOutcome {
-        self.server.lock().expect("fake server lock poisoned").lookup(at_ms, request, draws)
+        self.server.lock().lookup(at_ms, request, draws)
     }
 
     fn heal(&self) {
@@ -498,7 +500,7 @@ impl<A: Api> Fake for FakeConnector<A> {
     }
 
     fn record_count(&self) -> usize {
-        self.server.lock().expect("fake server lock poisoned").api.record_count()
+        self.server.lock().api.record_count()
     }
 }
 

@@ -9,7 +9,8 @@
 use crate::webhooks::WebhookEvent;
 use engine::key::Key;
 use engine::ledger::CompactString;
-use std::sync::{Arc, Mutex};
+use spin::Mutex;
+use std::sync::Arc;
 
 /// One committed write in an external system.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,25 +82,25 @@ impl RecordingSink {
     }
 
     pub fn effects(&self) -> Vec<Effect> {
-        self.effects.lock().expect("sink lock poisoned").clone()
+        self.effects.lock().clone()
     }
 
     pub fn events(&self) -> Vec<WebhookEvent> {
-        self.events.lock().expect("sink lock poisoned").clone()
+        self.events.lock().clone()
     }
 
     /// How many effects carry `key`: more than one is a duplicate (invariant I1).
     pub fn effects_for(&self, key: &Key) -> usize {
-        self.effects.lock().expect("sink lock poisoned").iter().filter(|e| &e.key == key).count()
+        self.effects.lock().iter().filter(|e| &e.key == key).count()
     }
 }
 
 impl EffectSink for RecordingSink {
     fn effect(&self, effect: Effect) {
-        self.effects.lock().expect("sink lock poisoned").push(effect);
+        self.effects.lock().push(effect);
     }
 
     fn webhook_event(&self, event: WebhookEvent, _at_ms: u64) {
-        self.events.lock().expect("sink lock poisoned").push(event);
+        self.events.lock().push(event);
     }
 }

@@ -22,9 +22,12 @@ use engine::executor::{Engine, EngineConfig, Policy};
 use engine::fastmap::{FastMap, FastSet};
 use engine::key::Key;
 use engine::ledger::{CompactString, Intake, Ledger, Resolution, RunStatus};
+// Spin locks: the world runs on one thread, so they are never contended, and releasing one is a plain store where
+// std's `Mutex` swaps atomically, which waits for every earlier store (docs/speed.md, stop 27).
+use spin::Mutex;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The simulated wall-clock time the world starts at (2026-01-01T00:00:00Z): fixed, so stored times and the trace do
@@ -83,7 +86,6 @@ struct MonitorState {
     trace: Trace,
     crash_rng: Rng,
     crash_point_p: f64,
-    chaos: bool,
     extra_lookup_ms_total: u64,
     /// Crashes by cause (crash point name, or `random`).
     crashes: BTreeMap<String, u64>,
@@ -91,6 +93,9 @@ struct MonitorState {
 
 struct Monitor {
     state: Mutex<MonitorState>,
+    /// Whether a crash point can fire now: the scenario gives crash points a probability and the chaos phase is on
+    /// (cleared at the heal). Read without the lock, since every step passes several crash points.
+    crash_points_armed: AtomicBool,
     clock: SimClock,
 }
 
@@ -146,17 +151,12 @@ impl Clock for SimClock {
 }
 
 impl Monitor {
-    fn lock(&self) -> std::sync::MutexGuard<'_, MonitorState> {
-        self.state.lock().expect("the monitor lock is never poisoned: a panic ends the simulation")
+    fn lock(&self) -> spin::MutexGuard<'_, MonitorState> {
+        self.state.lock()
     }
 }
 
 impl MonitorState {
-    /// Whether a crash point can fire now: chaos is on and the scenario gives crash points a probability.
-    fn crash_points_armed(&self) -> bool {
-        self.chaos && self.crash_point_p > 0.0
-    }
-
     fn note_violation(&mut self) {
         if let Some(v) = self.checker.new_violation.take() {
             self.trace.violation(&v);
@@ -216,21 +216,25 @@ impl Observer for WorkerObserver {
     }
 
     fn halt_at(&self, point: CrashPoint, run_id: &str, key: &Key) -> bool {
-        // Most scenarios have no crash points, and every step passes several: answer those without the clock.
-        if !self.world.monitor.lock().crash_points_armed() {
+        let monitor = &self.world.monitor;
+        // Most scenarios have no crash points, none fires after the heal, and every step passes several: answered
+        // without a lock or the clock then.
+        if !monitor.crash_points_armed.load(Ordering::Relaxed) {
             return false;
         }
-        // A crash point is recorded in the trace after the requests that arrived before it.
-        self.world.settle();
+        // A crash point is recorded in the trace after the requests that arrived before it; one clock reading serves
+        // both (a reading takes the runtime clock's lock).
+        let elapsed = monitor.clock.elapsed();
+        self.world.settle_at(elapsed);
+        let now = monitor.clock.ms_at(elapsed);
+        // A worker that has just restarted walks every one of its runs past their crash points again; without a
+        // grace period a high crash-point probability turns into a crash storm that never lets it work.
+        let settled = self.worker >= self.world.config.profile.world.workers
+            || now
+                >= self.world.up_since_ms[self.worker as usize].load(Ordering::Relaxed)
+                    + self.world.config.profile.world.crash_point_grace_ms;
         let crash = {
-            let mut state = self.world.monitor.lock();
-            let now = self.world.monitor.clock.now_ms();
-            // A worker that has just restarted walks every one of its runs past their crash points again; without a
-            // grace period a high crash-point probability turns into a crash storm that never lets it work.
-            let settled = self.worker >= self.world.config.profile.world.workers
-                || now
-                    >= self.world.up_since_ms.lock().expect("up since")[self.worker as usize]
-                        + self.world.config.profile.world.crash_point_grace_ms;
+            let mut state = monitor.lock();
             let p = state.crash_point_p;
             // Drawn only once the worker has settled.
             let crash = settled && state.crash_rng.chance(p);
@@ -494,7 +498,7 @@ impl Network {
 
     /// Queues `request` to arrive at `arrival` (runtime elapsed time); returns the slot its answer will be in.
     fn send(&self, arrival: Duration, request: InFlight) -> usize {
-        let mut queue = self.queue.lock().expect("network queue");
+        let mut queue = self.queue.lock();
         let filled = Slot { request: Some(request), answer: Answer::Pending };
         let slot = match queue.free.pop() {
             Some(slot) => {
@@ -533,7 +537,7 @@ impl Network {
 
     /// The first request whose arrival time has come, if any, with its slot and arrival.
     fn arrived(&self, now: Duration) -> Option<(usize, Duration, InFlight)> {
-        let mut queue = self.queue.lock().expect("network queue");
+        let mut queue = self.queue.lock();
         let &std::cmp::Reverse((at, _, slot)) = queue.arrivals.peek()?;
         if at > now {
             return None;
@@ -546,7 +550,7 @@ impl Network {
 
     /// Puts a served request's answer in its slot; drops it if the sender is gone.
     fn answer(&self, slot: usize, answered: Answered) {
-        let mut queue = self.queue.lock().expect("network queue");
+        let mut queue = self.queue.lock();
         match std::mem::replace(&mut queue.slots[slot].answer, Answer::Served(answered)) {
             Answer::Pending => {}
             Answer::Abandoned => queue.free_slot(slot),
@@ -556,7 +560,7 @@ impl Network {
 
     /// The answer in `slot`, which must be served (the slot is then freed).
     fn take_answer(&self, slot: usize) -> Answered {
-        let mut queue = self.queue.lock().expect("network queue");
+        let mut queue = self.queue.lock();
         let Answer::Served(answered) = std::mem::replace(&mut queue.slots[slot].answer, Answer::Abandoned) else {
             unreachable!("an answer is taken once it is due, after its request arrived and was served")
         };
@@ -567,7 +571,7 @@ impl Network {
     /// The sender of the request in `slot` is gone before taking its answer: the slot is freed now if the answer is
     /// there, or once the request is served.
     fn abandon(&self, slot: usize) {
-        let mut queue = self.queue.lock().expect("network queue");
+        let mut queue = self.queue.lock();
         match queue.slots[slot].answer {
             Answer::Served(_) => queue.free_slot(slot),
             Answer::Pending => queue.slots[slot].answer = Answer::Abandoned,
@@ -711,7 +715,7 @@ struct Shared {
     incarnations: Mutex<Vec<u32>>,
     down: Mutex<Vec<bool>>,
     /// When each worker last came up (for the crash-point grace period).
-    up_since_ms: Mutex<Vec<u64>>,
+    up_since_ms: Vec<AtomicU64>,
     /// When each worker's network cut ends (simulated ms; 0 when none is in force).
     cut_until_ms: Vec<AtomicU64>,
     /// Live drivers of each run; a run is finished only when its last live driver ends. Almost always one, held inline.
@@ -787,30 +791,30 @@ impl Shared {
     }
 
     fn dispatch(&self, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
-        self.mailboxes[worker as usize].lock().expect("mailbox").push_back((run_id.to_owned(), trigger));
+        self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger));
         self.wakeups[worker as usize].notify_one();
     }
 
     /// Kills a worker now and restarts it after the restart delay (crash points and random crashes).
     fn crash_worker(self: &Arc<Self>, worker: u32) {
         {
-            let mut down = self.down.lock().expect("down");
+            let mut down = self.down.lock();
             if down[worker as usize] {
                 return;
             }
             down[worker as usize] = true;
         }
-        self.incarnations.lock().expect("incarnations")[worker as usize] += 1;
+        self.incarnations.lock()[worker as usize] += 1;
         // Recorded after the requests that arrived before it, which the checker sees before it learns of the kill.
         self.world_event("worker-killed", &[Field::U64(worker as u64)]);
         self.monitor.lock().checker.worker_killed(worker);
-        let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        let node = self.nodes.lock()[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             madsim::runtime::Handle::current().kill(id);
         }
         let world = self.clone();
         let delay = self.config.profile.world.restart_delay_ms;
-        let supervisor = self.supervisor.lock().expect("supervisor").clone();
+        let supervisor = self.supervisor.lock().clone();
         if let Some(supervisor) = supervisor {
             supervisor.spawn(async move {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -821,15 +825,15 @@ impl Shared {
 
     fn restart_worker(self: &Arc<Self>, worker: u32) {
         {
-            let mut down = self.down.lock().expect("down");
+            let mut down = self.down.lock();
             if !down[worker as usize] {
                 return;
             }
             down[worker as usize] = false;
         }
-        self.up_since_ms.lock().expect("up since")[worker as usize] = self.monitor.clock.now_ms();
+        self.up_since_ms[worker as usize].store(self.monitor.clock.now_ms(), Ordering::Relaxed);
         self.world_event("worker-restarted", &[Field::U64(worker as u64)]);
-        let node = self.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        let node = self.nodes.lock()[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             madsim::runtime::Handle::current().restart(id);
         }
@@ -888,8 +892,8 @@ impl Shared {
     fn hand_to_person(self: &Arc<Self>, me: Driver, run_id: String) {
         let desk = self.person_desk();
         let handed = {
-            let incarnations = self.incarnations.lock().expect("incarnations");
-            let mut drivers = self.drivers.lock().expect("drivers");
+            let incarnations = self.incarnations.lock();
+            let mut drivers = self.drivers.lock();
             match drivers.get_mut(run_id.as_str()) {
                 Some(entry) => {
                     entry.retain(|d| *d != me && live(&incarnations, *d));
@@ -904,7 +908,7 @@ impl Shared {
             self.finish_run(&run_id, RunStatus::Paused);
             return;
         }
-        let supervisor = self.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
+        let supervisor = self.supervisor.lock().clone().expect("the supervisor node exists");
         let world = self.clone();
         supervisor.spawn(async move { world.person_resolves_at_desk(run_id).await });
     }
@@ -958,8 +962,8 @@ impl Shared {
     /// Whether the person's desk still holds `run_id`, and whether a live worker drive is registered beside it.
     fn desk_holds(&self, run_id: &str) -> Desk {
         let desk = self.person_desk();
-        let incarnations = self.incarnations.lock().expect("incarnations");
-        let drivers = self.drivers.lock().expect("drivers");
+        let incarnations = self.incarnations.lock();
+        let drivers = self.drivers.lock();
         match drivers.get(run_id) {
             Some(entry) if entry.contains(&desk) => {
                 if entry.iter().any(|d| *d != desk && live(&incarnations, *d)) {
@@ -976,8 +980,8 @@ impl Shared {
     /// driver goes.
     fn driver_gone(&self, me: Driver, run_id: &str, status: RunStatus) {
         let last = {
-            let incarnations = self.incarnations.lock().expect("incarnations");
-            let mut drivers = self.drivers.lock().expect("drivers");
+            let incarnations = self.incarnations.lock();
+            let mut drivers = self.drivers.lock();
             // A live driver is registered, so the run's entry exists; `entry` would allocate the run id to find it.
             let last = match drivers.get_mut(run_id) {
                 Some(entry) => {
@@ -999,7 +1003,7 @@ impl Shared {
     fn person_resolves(&self, run_id: &str) -> bool {
         let share = self.config.profile.world.person_share;
         share > 0.0
-            && self.person_seen.lock().expect("person").insert(run_id.to_owned())
+            && self.person_seen.lock().insert(run_id.to_owned())
             && unit(self.config.seed, "person", run_id) < share
     }
 
@@ -1026,7 +1030,7 @@ impl Shared {
 
     fn engine_error(&self, message: String) {
         self.world_event("engine-error", &[Field::Str(&message)]);
-        self.engine_errors.lock().expect("errors").push(message);
+        self.engine_errors.lock().push(message);
     }
 
     fn finish_run(&self, run_id: &str, status: RunStatus) {
@@ -1048,7 +1052,7 @@ impl Shared {
         }
         self.fakes.forget_run(run_id);
         // A finished run is forgotten everywhere and never driven again, so no person will look at it again either.
-        self.person_seen.lock().expect("person").remove(run_id);
+        self.person_seen.lock().remove(run_id);
         self.progress.runs_finished.fetch_add(1, Ordering::Relaxed);
         if finished.is_multiple_of(PRUNE_TASKS_EVERY_RUNS) {
             prune_dead_tasks();
@@ -1074,7 +1078,7 @@ fn unit(seed: u64, what: &str, run_id: &str) -> f64 {
 // Workers.
 
 async fn worker_main(world: Arc<Shared>, worker: u32) {
-    let incarnation = world.incarnations.lock().expect("incarnations")[worker as usize];
+    let incarnation = world.incarnations.lock()[worker as usize];
     let me: Driver = (worker, incarnation);
     let engine = Arc::new(world.engine_for(worker, incarnation));
     // A restarted worker resumes every unfinished run assigned to it.
@@ -1087,8 +1091,8 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     // Runs whose every driver died (a crash killed them; a run another worker was driving, say): finish those that
     // are terminal or paused, drive the others.
     let orphans: Vec<String> = {
-        let incarnations = world.incarnations.lock().expect("incarnations");
-        let drivers = world.drivers.lock().expect("drivers");
+        let incarnations = world.incarnations.lock();
+        let drivers = world.drivers.lock();
         let mut orphans: Vec<String> = drivers
             .iter()
             .filter(|(_, ds)| ds.iter().all(|d| !live(&incarnations, *d)))
@@ -1103,17 +1107,17 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
             world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
         match run {
             Some(r) if r.status.is_terminal() || r.status == RunStatus::Paused => {
-                world.drivers.lock().expect("drivers").remove(run_id.as_str());
+                world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, r.status);
             }
             Some(_) => start_drive(&world, &engine, me, run_id, None),
             None => {
-                world.drivers.lock().expect("drivers").remove(run_id.as_str());
+                world.drivers.lock().remove(run_id.as_str());
             }
         }
     }
     loop {
-        let next = world.mailboxes[worker as usize].lock().expect("mailbox").pop_front();
+        let next = world.mailboxes[worker as usize].lock().pop_front();
         match next {
             Some((run_id, trigger)) => start_drive(&world, &engine, me, run_id, trigger),
             None => world.wakeups[worker as usize].notified().await,
@@ -1136,7 +1140,7 @@ fn start_drive(
         Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
     }
     {
-        let mut drivers = world.drivers.lock().expect("drivers");
+        let mut drivers = world.drivers.lock();
         let entry = drivers.entry(run_id.as_str().into()).or_default();
         // The run can be driven, so a person who had it at their desk has decided: the first drive after the
         // decision takes it from the desk (`Shared::hand_to_person`).
@@ -1274,11 +1278,11 @@ fn start_change(
         });
     }
     world.changes_in_flight.fetch_add(1, Ordering::Relaxed);
-    world.webhook_starts.lock().expect("webhook starts").insert(
+    world.webhook_starts.lock().insert(
         event.object_id.clone(),
         ChangeDeliveries { deliveries_left: schedule.len() as u32, started: BTreeMap::new() },
     );
-    let supervisor = world.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
+    let supervisor = world.supervisor.lock().clone().expect("the supervisor node exists");
     for delivery in schedule {
         let world = world.clone();
         let api = api.clone();
@@ -1338,7 +1342,7 @@ fn deliver(
         }
     }
     let done = {
-        let mut starts = world.webhook_starts.lock().expect("webhook starts");
+        let mut starts = world.webhook_starts.lock();
         let change = starts.get_mut(&event.object_id).expect("a change outlives its deliveries");
         if started.is_some() && !forged {
             *change.started.entry(delivery.event_id.clone()).or_default() += 1;
@@ -1375,17 +1379,17 @@ fn redeliver(
     delivery: &connectors_fake::webhooks::Delivery,
 ) {
     let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
-    if let Some(change) = world.webhook_starts.lock().expect("webhook starts").get_mut(&event.object_id) {
+    if let Some(change) = world.webhook_starts.lock().get_mut(&event.object_id) {
         change.deliveries_left += 1;
     }
     let again = connectors_fake::webhooks::Delivery { attempt: delivery.attempt + 1, ..delivery.clone() };
     let world2 = world.clone();
     let event = event.clone();
     let workflow = workflow.to_owned();
-    let supervisor = world.supervisor.lock().expect("supervisor").clone().expect("the supervisor node exists");
+    let supervisor = world.supervisor.lock().clone().expect("the supervisor node exists");
     supervisor.spawn(async move {
         tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-        let api = world2.api.lock().expect("api").clone().expect("the front door exists");
+        let api = world2.api.lock().clone().expect("the front door exists");
         deliver(&world2, &api, &workflow, &event, &again);
     });
 }
@@ -1430,7 +1434,7 @@ async fn crash_randomly(world: Arc<Shared>) {
     let Some(mut gaps) = FaultGaps::new(&world, knobs.crash_interval_s_mean, "crashes") else { return };
     while let Some(rng) = gaps.next(&world).await {
         let worker = rng.range(0, knobs.workers as u64) as u32;
-        if !world.down.lock().expect("down")[worker as usize] {
+        if !world.down.lock()[worker as usize] {
             *world.monitor.lock().crashes.entry("random".to_owned()).or_default() += 1;
         }
         world.crash_worker(worker);
@@ -1453,10 +1457,10 @@ async fn stall_randomly(world: Arc<Shared>) {
     let Some(mut gaps) = FaultGaps::new(&world, knobs.stall_interval_s_mean, "stalls") else { return };
     while let Some(rng) = gaps.next(&world).await {
         let worker = rng.range(0, knobs.workers as u64) as u32;
-        if world.down.lock().expect("down")[worker as usize] {
+        if world.down.lock()[worker as usize] {
             continue;
         }
-        let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        let node = world.nodes.lock()[worker as usize].as_ref().map(|n| n.id());
         let Some(id) = node else { continue };
         world.world_event("worker-stalled", &[Field::U64(worker as u64), Field::U64(knobs.stall_ms)]);
         madsim::runtime::Handle::current().pause(id);
@@ -1530,10 +1534,10 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
             trace: Trace::with_options(config.keep_trace, config.trace_run.clone(), EPOCH_MS),
             crash_rng: Rng::new(config.seed).fork_named("crash-points"),
             crash_point_p: config.profile.world.crash_point_p,
-            chaos: true,
             extra_lookup_ms_total: 0,
             crashes: BTreeMap::new(),
         }),
+        crash_points_armed: AtomicBool::new(config.profile.world.crash_point_p > 0.0),
         clock: clock.clone(),
     });
     let sink: Arc<dyn EffectSink> = monitor.clone();
@@ -1548,7 +1552,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         nodes: Mutex::new(vec![None; workers as usize]),
         incarnations: Mutex::new(vec![0; workers as usize + 1]),
         down: Mutex::new(vec![false; workers as usize]),
-        up_since_ms: Mutex::new(vec![0; workers as usize]),
+        up_since_ms: (0..workers).map(|_| AtomicU64::new(0)).collect(),
         cut_until_ms: (0..workers).map(|_| AtomicU64::new(0)).collect(),
         drivers: Mutex::new(FastMap::default()),
         runs_in_flight: AtomicU64::new(0),
@@ -1565,16 +1569,16 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         config,
     });
     let supervisor = handle.create_node().name("supervisor").build();
-    *world.supervisor.lock().expect("supervisor") = Some(supervisor.clone());
+    *world.supervisor.lock() = Some(supervisor.clone());
     for worker in 0..workers {
         let w = world.clone();
         let node =
             handle.create_node().name(format!("worker-{worker}")).init(move || worker_main(w.clone(), worker)).build();
-        world.nodes.lock().expect("nodes")[worker as usize] = Some(node);
+        world.nodes.lock()[worker as usize] = Some(node);
     }
     // The front door: the API and webhook endpoint that records new runs, on the supervisor's node.
     let api = Arc::new(world.engine_for(workers, 0));
-    *world.api.lock().expect("api") = Some(api.clone());
+    *world.api.lock() = Some(api.clone());
 
     // Chaos phase: traffic with every fault on.
     let chaos = [
@@ -1589,7 +1593,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let heal_started_ms = clock.now_ms();
     world.healed.store(true, Ordering::Relaxed);
     world.fakes.heal();
-    monitor.lock().chaos = false;
+    monitor.crash_points_armed.store(false, Ordering::Relaxed);
     world.world_event("heal", &[]);
     for c in chaos {
         c.abort();
@@ -1597,7 +1601,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     for worker in 0..workers {
         world.cut_until_ms[worker as usize].store(0, Ordering::Relaxed);
         // A stall aborted with the chaos tasks may have left the worker paused.
-        let node = world.nodes.lock().expect("nodes")[worker as usize].as_ref().map(|n| n.id());
+        let node = world.nodes.lock()[worker as usize].as_ref().map(|n| n.id());
         if let Some(id) = node {
             handle.resume(id);
         }
@@ -1612,13 +1616,13 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let end_ms = clock.now_ms();
     world.world_event("end", &[Field::U64(end_ms - EPOCH_MS)]);
     progress.done.store(true, Ordering::Relaxed);
-    for error in world.engine_errors.lock().expect("errors").iter() {
+    for error in world.engine_errors.lock().iter() {
         monitor.lock().checker.external_violation("I8", format!("engine error: {error}"));
     }
     let stuck = monitor.lock().checker.unfinished_runs(3);
     for run_id in stuck {
         let run = world.ledger.get_run(&run_id).ok().flatten();
-        let drivers = world.drivers.lock().expect("drivers").get(run_id.as_str()).cloned().unwrap_or_default();
+        let drivers = world.drivers.lock().get(run_id.as_str()).cloned().unwrap_or_default();
         let detail = match run {
             Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
             None => format!("not in the ledger; drivers {drivers:?}"),
@@ -1779,7 +1783,7 @@ mod tests {
         let gone_late = send(&network, &fake, at, 9);
         serve(&network, 5);
         drop(Awaiting { network: &network, slot: gone_late, taken: false });
-        let queue = network.queue.lock().expect("network queue");
+        let queue = network.queue.lock();
         assert_eq!(queue.slots.len(), 1, "each request reused the slot the previous one freed");
         assert_eq!(queue.free, [0]);
         assert!(queue.arrivals.is_empty());
@@ -1860,7 +1864,7 @@ mod tests {
             }
             serve(&network, u64::MAX / 2_000_000);
             check(&sent, u64::MAX)?;
-            let queue = network.queue.lock().expect("network queue");
+            let queue = network.queue.lock();
             proptest::prop_assert!(queue.arrivals.is_empty());
             proptest::prop_assert_eq!(queue.free.len(), queue.slots.len(), "every slot is freed");
         }
