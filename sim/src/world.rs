@@ -707,9 +707,11 @@ struct Shared {
     monitor: Arc<Monitor>,
     fakes: workflows::Fakes,
     progress: Arc<Progress>,
-    /// Runs waiting for each worker.
+    /// Runs dispatched to each worker while it was down (or restarted but not yet resumed), for its next incarnation.
     mailboxes: Vec<Mutex<VecDeque<Mail>>>,
-    wakeups: Vec<tokio::sync::Notify>,
+    /// Each worker's live incarnation, once its `worker_main` has resumed its runs (cleared at its kill): a run
+    /// dispatched to it starts its drive on the worker's node at once, with no hop through the mailbox.
+    live_workers: Mutex<Vec<Option<LiveWorker>>>,
     /// Node ids of the workers, and each worker's incarnation (bumped on every crash).
     nodes: Mutex<Vec<Option<madsim::runtime::NodeHandle>>>,
     incarnations: Mutex<Vec<u32>>,
@@ -790,9 +792,14 @@ impl Shared {
         (blake3::hash(run_id.as_bytes()).as_bytes()[0] as u32) % self.config.profile.world.workers
     }
 
-    fn dispatch(&self, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
-        self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger));
-        self.wakeups[worker as usize].notify_one();
+    /// Hands a run to a worker: its drive starts on the worker's node now if the worker is up and has resumed its
+    /// runs; otherwise the run waits in the worker's mailbox for its next incarnation.
+    fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
+        let live = self.live_workers.lock()[worker as usize].clone();
+        match live {
+            Some(live) => start_drive(self, &live, run_id.to_owned(), trigger),
+            None => self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger)),
+        }
     }
 
     /// Kills a worker now and restarts it after the restart delay (crash points and random crashes).
@@ -804,6 +811,7 @@ impl Shared {
             }
             down[worker as usize] = true;
         }
+        self.live_workers.lock()[worker as usize] = None;
         self.incarnations.lock()[worker as usize] += 1;
         // Recorded after the requests that arrived before it, which the checker sees before it learns of the kill.
         self.world_event("worker-killed", &[Field::U64(worker as u64)]);
@@ -1081,11 +1089,16 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let incarnation = world.incarnations.lock()[worker as usize];
     let me: Driver = (worker, incarnation);
     let engine = Arc::new(world.engine_for(worker, incarnation));
+    // A handle on this incarnation: madsim gives a restarted node new task state, and a handle taken before the
+    // restart spawns onto the killed one (its tasks are dropped unpolled).
+    let id = world.nodes.lock()[worker as usize].as_ref().map(|n| n.id()).expect("a worker runs on its node");
+    let node = madsim::runtime::Handle::current().get_node(id).expect("a worker's node exists");
+    let this = LiveWorker { me, engine, node };
     // A restarted worker resumes every unfinished run assigned to it.
     let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
     for run_id in unfinished {
         if world.assigned_worker(&run_id) == worker {
-            start_drive(&world, &engine, me, run_id, None);
+            start_drive(&world, &this, run_id, None);
         }
     }
     // Runs whose every driver died (a crash killed them; a run another worker was driving, say): finish those that
@@ -1110,29 +1123,34 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
                 world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, r.status);
             }
-            Some(_) => start_drive(&world, &engine, me, run_id, None),
+            Some(_) => start_drive(&world, &this, run_id, None),
             None => {
                 world.drivers.lock().remove(run_id.as_str());
             }
         }
     }
-    loop {
-        let next = world.mailboxes[worker as usize].lock().pop_front();
-        match next {
-            Some((run_id, trigger)) => start_drive(&world, &engine, me, run_id, trigger),
-            None => world.wakeups[worker as usize].notified().await,
-        }
+    // From here on a run dispatched to this worker starts at once (`Shared::dispatch`); those dispatched while it
+    // was down, or before it got here, start now. Nothing above awaits, so no dispatch slips in between.
+    world.live_workers.lock()[worker as usize] = Some(this.clone());
+    let waiting = std::mem::take(&mut *world.mailboxes[worker as usize].lock());
+    for (run_id, trigger) in waiting {
+        start_drive(&world, &this, run_id, trigger);
     }
+    // The node's first task must not end: madsim stops a node whose first task returns.
+    std::future::pending::<()>().await;
 }
 
-fn start_drive(
-    world: &Arc<Shared>,
-    engine: &Arc<Engine>,
+/// A worker incarnation that can take runs: its driver identity, its engine and its node.
+#[derive(Clone)]
+struct LiveWorker {
     me: Driver,
-    run_id: String,
-    trigger: Option<Arc<serde_json::Value>>,
-) {
-    // Finished runs are forgotten; a late mailbox message for one is dropped here. This check and the registration
+    engine: Arc<Engine>,
+    node: madsim::runtime::NodeHandle,
+}
+
+fn start_drive(world: &Arc<Shared>, live: &LiveWorker, run_id: String, trigger: Option<Arc<serde_json::Value>>) {
+    let me = live.me;
+    // Finished runs are forgotten; a late dispatch of one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
     match world.ledger.run_status(&run_id) {
         Ok(Some(status)) if !status.is_terminal() && status != RunStatus::Paused => {}
@@ -1152,8 +1170,9 @@ fn start_drive(
         entry.push(me);
     }
     let world = world.clone();
-    let engine = engine.clone();
-    tokio::spawn(async move {
+    let engine = live.engine.clone();
+    // On the worker's node (whoever dispatched the run), so the worker's kill ends the drive.
+    live.node.spawn(async move {
         // Boxed: the drive's state machine is large, and this task is spawned (and copied) on every restart.
         let drive = pin_in_place(|| async {
             match &trigger {
@@ -1548,7 +1567,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         fakes,
         progress: progress.clone(),
         mailboxes: (0..workers).map(|_| Mutex::new(VecDeque::new())).collect(),
-        wakeups: (0..workers).map(|_| tokio::sync::Notify::new()).collect(),
+        live_workers: Mutex::new(vec![None; workers as usize]),
         nodes: Mutex::new(vec![None; workers as usize]),
         incarnations: Mutex::new(vec![0; workers as usize + 1]),
         down: Mutex::new(vec![false; workers as usize]),
