@@ -213,8 +213,9 @@ impl Checker {
         self.action_parts.iter().position(|(c, a)| c == connector && a == action)
     }
 
-    /// One engine event from `worker`.
-    pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>) {
+    /// One engine event from `worker`; `plan_hash` is blake3 of a recorded plan when the caller has hashed it
+    /// already (the world hashes it for the trace), else the checker hashes it.
+    pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>, plan_hash: Option<&[u8; 32]>) {
         match *event {
             Event::RunStarted { run_id, .. } => {
                 run_state(&mut self.runs, run_id);
@@ -224,7 +225,7 @@ impl Checker {
                 run.plans.get_or_insert_with(step_id, |s: &str| CompactString::from(s), || ());
                 // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
                 // two workers may both report the plan in force, but its content must never change.
-                let hash = *blake3::hash(plan).as_bytes();
+                let hash = plan_hash.copied().unwrap_or_else(|| *blake3::hash(plan).as_bytes());
                 let first = run.plan_keys.get_or_insert_with(key, |k| *k, || hash);
                 if *first != hash {
                     self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));

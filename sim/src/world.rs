@@ -210,8 +210,8 @@ impl Observer for WorkerObserver {
         self.world.settle_at(elapsed);
         let now = monitor.clock.ms_at(elapsed);
         let mut state = monitor.lock();
-        record_event(&mut state.trace, now, self.worker, event);
-        state.checker.on_event(self.worker, now, event);
+        let plan_hash = record_event(&mut state.trace, now, self.worker, event);
+        state.checker.on_event(self.worker, now, event, plan_hash.as_ref());
         state.note_violation();
     }
 
@@ -272,7 +272,8 @@ fn crash_point_name(point: CrashPoint) -> &'static str {
     }
 }
 
-fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
+/// Records an engine event in the trace. Returns blake3 of a recorded plan, which the checker needs too.
+fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) -> Option<[u8; 32]> {
     let w = Field::U64(worker as u64);
     match *event {
         Event::RunStarted { run_id, workflow } => {
@@ -287,19 +288,23 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
         Event::Replayed { run_id, step_id, key } => {
             trace.record(now, "replayed", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0)])
         }
-        Event::PlanRecorded { run_id, step_id, key, writes, reused, plan } => trace.record(
-            now,
-            "plan-recorded",
-            &[
-                w,
-                Field::Str(run_id),
-                Field::Str(step_id),
-                Field::Bytes(&key.0),
-                Field::U64(writes as u64),
-                Field::U64(reused as u64),
-                Field::Bytes(blake3::hash(plan).as_bytes()),
-            ],
-        ),
+        Event::PlanRecorded { run_id, step_id, key, writes, reused, plan } => {
+            let hash = *blake3::hash(plan).as_bytes();
+            trace.record(
+                now,
+                "plan-recorded",
+                &[
+                    w,
+                    Field::Str(run_id),
+                    Field::Str(step_id),
+                    Field::Bytes(&key.0),
+                    Field::U64(writes as u64),
+                    Field::U64(reused as u64),
+                    Field::Bytes(&hash),
+                ],
+            );
+            return Some(hash);
+        }
         Event::CallStarted { run_id, step_id, key, sent_key, action, attempt } => trace.record(
             now,
             "call-started",
@@ -370,6 +375,7 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) {
         #[allow(unreachable_patterns, reason = "new engine events are hashed by their debug form until listed here")]
         ref other => trace.record(now, "event", &[w, Field::Str(&format!("{other:?}"))]),
     }
+    None
 }
 
 // ------------------------------------------------------------------------------------------------------------------
