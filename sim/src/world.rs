@@ -205,11 +205,8 @@ struct WorkerObserver {
 
 impl Observer for WorkerObserver {
     fn event(&self, event: &Event<'_>) {
-        let monitor = &self.world.monitor;
-        let elapsed = monitor.clock.elapsed();
-        self.world.settle_at(elapsed);
-        let now = monitor.clock.ms_at(elapsed);
-        let mut state = monitor.lock();
+        let now = self.world.settle();
+        let mut state = self.world.monitor.lock();
         let plan_hash = record_event(&mut state.trace, now, self.worker, event);
         state.checker.on_event(self.worker, now, event, plan_hash.as_ref());
         state.note_violation();
@@ -222,11 +219,8 @@ impl Observer for WorkerObserver {
         if !monitor.crash_points_armed.load(Ordering::Relaxed) {
             return false;
         }
-        // A crash point is recorded in the trace after the requests that arrived before it; one clock reading serves
-        // both (a reading takes the runtime clock's lock).
-        let elapsed = monitor.clock.elapsed();
-        self.world.settle_at(elapsed);
-        let now = monitor.clock.ms_at(elapsed);
+        // A crash point is recorded in the trace after the requests that arrived before it.
+        let now = self.world.settle();
         // A worker that has just restarted walks every one of its runs past their crash points again; without a
         // grace period a high crash-point probability turns into a crash storm that never lets it work.
         let settled = self.worker >= self.world.config.profile.world.workers
@@ -748,26 +742,21 @@ struct Shared {
 }
 
 impl Shared {
-    /// Serves every request that has arrived by now (see [`Network`]). Called before anything observes the fakes
-    /// or their effects: every event the monitor records, a run's end, a person's look at a paused run, the results.
-    fn settle(&self) {
-        self.settle_at(self.monitor.clock.elapsed());
-    }
-
-    /// [`Shared::settle`] for a caller that has read the clock already (`now`, the runtime's elapsed time): a
-    /// reading takes the runtime clock's lock.
-    fn settle_at(&self, now: Duration) {
+    /// Serves every request that has arrived by now (see [`Network`]) and returns now in simulated ms, both from
+    /// one reading of the clock (a reading takes the runtime clock's lock). Called before anything observes the fakes
+    /// or their effects: every event the monitor records, a crash point, a run's end, a person's look at a paused run,
+    /// the results.
+    fn settle(&self) -> u64 {
         let clock = &self.monitor.clock;
+        let now = clock.elapsed();
         self.network.serve_arrived(now, |arrival| clock.ms_at(arrival));
+        clock.ms_at(now)
     }
 
-    /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it;
-    /// one clock reading serves both, as in [`WorkerObserver::event`].
+    /// Records a world event (a crash, a delivery, the heal) in the trace, after the requests that arrived before it.
     fn world_event(&self, tag: &str, fields: &[Field<'_>]) {
-        let clock = &self.monitor.clock;
-        let elapsed = clock.elapsed();
-        self.settle_at(elapsed);
-        self.monitor.lock().trace.record(clock.ms_at(elapsed), tag, fields);
+        let now = self.settle();
+        self.monitor.lock().trace.record(now, tag, fields);
     }
 }
 
@@ -1049,14 +1038,10 @@ impl Shared {
 
     fn finish_run(&self, run_id: &str, status: RunStatus) {
         // The run's effects so far are checked, and the fakes forget the run, after every request that reached them.
-        self.settle();
+        let now = self.settle();
         let finished = {
             let mut state = self.monitor.lock();
-            state.trace.record(
-                self.monitor.clock.now_ms(),
-                "run-finished",
-                &[Field::Str(run_id), Field::Str(status.as_str())],
-            );
+            state.trace.record(now, "run-finished", &[Field::Str(run_id), Field::Str(status.as_str())]);
             state.checker.run_finished(run_id, status, self.ledger.as_ref());
             state.note_violation();
             state.checker.runs_finished
