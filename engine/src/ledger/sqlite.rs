@@ -266,6 +266,11 @@ impl SqliteLedger {
     pub fn open_in_memory(options: Options) -> Result<Self> {
         let conn = Connection::open_in_memory().map_err(storage)?;
         conn.pragma_update(None, "journal_mode", "OFF").map_err(storage)?;
+        // 16 KiB pages (before the first table): shallower b-trees for the random 32-byte keys. callgrind, `mixed` at
+        // 20 k steps with a simulated 1 MiB last-level cache, against the default 4 KiB: instructions -1.7 %,
+        // last-level read misses -5.5 %, writes the same (8 KiB: -1.9 %, -3.2 %; 64 KiB: -1.5 %, -5.9 %, writes +2 %;
+        // 1 KiB: +16 %). A file keeps the default, the size of the OS's pages that its writes go out in.
+        conn.pragma_update(None, "page_size", 16_384).map_err(storage)?;
         Self::finish_open(conn, options, false)
     }
 
