@@ -81,6 +81,18 @@ thread_local! {
     static CACHE: Cache = const { Cache(Cell::new(std::ptr::null_mut())) };
 }
 
+/// Runs `f` on this thread's stacks; `None` when the thread has none (it is exiting, or they cannot be allocated).
+#[inline(always)]
+fn with_stacks<R>(f: impl FnOnce(&mut Stacks) -> R) -> Option<R> {
+    CACHE
+        .try_with(|cache| {
+            // SAFETY: this thread's stacks, borrowed only for `f`, which allocates nothing (no call re-enters here).
+            unsafe { cache.stacks().as_mut() }.map(f)
+        })
+        .ok()
+        .flatten()
+}
+
 /// The class of a layout the cache serves, or `None`.
 #[inline(always)]
 fn class_of(layout: &Layout) -> Option<usize> {
@@ -117,24 +129,20 @@ unsafe impl GlobalAlloc for Allocator {
             // SAFETY: as the caller promised.
             return unsafe { mimalloc::MiMalloc.alloc(layout) };
         };
-        let cached = CACHE
-            .try_with(|cache| {
-                // SAFETY: this thread's stacks, borrowed only inside this closure.
-                let Some(stacks) = (unsafe { cache.stacks().as_mut() }) else { return std::ptr::null_mut() };
-                let len = stacks.len[class] as usize;
-                if len == 0 {
-                    return std::ptr::null_mut();
-                }
-                let block = stacks.slots[class][len - 1];
-                stacks.len[class] = (len - 1) as u32;
-                if len >= 2 {
-                    prefetch(stacks.slots[class][len - 2]);
-                }
-                block
-            })
-            .unwrap_or(std::ptr::null_mut());
-        if !cached.is_null() {
-            return cached;
+        let cached = with_stacks(|stacks| {
+            let len = stacks.len[class] as usize;
+            if len == 0 {
+                return None;
+            }
+            let block = stacks.slots[class][len - 1];
+            stacks.len[class] = (len - 1) as u32;
+            if len >= 2 {
+                prefetch(stacks.slots[class][len - 2]);
+            }
+            Some(block)
+        });
+        if let Some(block) = cached.flatten() {
+            return block;
         }
         // SAFETY: a non-zero size.
         unsafe { libmimalloc_sys::mi_malloc(class_size(class)).cast() }
@@ -146,20 +154,16 @@ unsafe impl GlobalAlloc for Allocator {
             // SAFETY: as the caller promised.
             return unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) };
         };
-        let kept = CACHE
-            .try_with(|cache| {
-                // SAFETY: as in `alloc`.
-                let Some(stacks) = (unsafe { cache.stacks().as_mut() }) else { return false };
-                let len = stacks.len[class] as usize;
-                if len == DEPTH {
-                    return false;
-                }
-                stacks.slots[class][len] = ptr;
-                stacks.len[class] = (len + 1) as u32;
-                true
-            })
-            .unwrap_or(false);
-        if !kept {
+        let kept = with_stacks(|stacks| {
+            let len = stacks.len[class] as usize;
+            if len == DEPTH {
+                return false;
+            }
+            stacks.slots[class][len] = ptr;
+            stacks.len[class] = (len + 1) as u32;
+            true
+        });
+        if kept != Some(true) {
             // SAFETY: a block from mimalloc, given back by its owner.
             unsafe { libmimalloc_sys::mi_free(ptr.cast()) };
         }
