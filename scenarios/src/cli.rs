@@ -392,8 +392,63 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
             println!("  (an invariant was violated during the bench; run the scenario for details)");
         }
     }
+    // Read before the reference loops, whose ledger of a million rows is larger than a simulation's state.
     println!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
+    bench_reference(repeat, &samples[0].cpu_rates);
     0
+}
+
+/// The issue's yardsticks on this machine (`crate::reference`), `repeat` times each, and the memory ledger's median
+/// against the bare loop: a ratio that means the same on a faster or slower machine.
+#[cfg(madsim)]
+fn bench_reference(repeat: u32, memory_cpu_rates: &[f64]) {
+    use crate::reference::{RUNS, STEPS_PER_RUN, bare_loop, madsim_loop};
+    use crate::run::process_cpu_seconds;
+    let steps = u64::from(RUNS) * u64::from(STEPS_PER_RUN);
+    // Steps per CPU-second of `work`, which returns the steps it recorded (all of them, or the loop is broken).
+    let rate = |work: &dyn Fn() -> u64| {
+        let before = process_cpu_seconds()?;
+        let recorded = work();
+        let after = process_cpu_seconds()?;
+        assert_eq!(recorded, steps, "a reference loop records every step once");
+        Some(steps as f64 / (after - before).max(0.01))
+    };
+    let (mut bare, mut simulated) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        let (Some(b), Some(m)) =
+            (rate(&|| bare_loop(RUNS, STEPS_PER_RUN)), rate(&|| madsim_loop(RUNS, STEPS_PER_RUN).0))
+        else {
+            return;
+        };
+        bare.push(b);
+        simulated.push(m);
+    }
+    let (bare_median, bare_all) = median_and_list(&bare);
+    let (madsim_median, madsim_all) = median_and_list(&simulated);
+    println!(
+        "  reference: the issue's yardsticks on this machine ({RUNS} runs × {STEPS_PER_RUN} steps: key derivation of a \
+         114-byte input and a hash-map ledger, nothing checked; scenarios/src/reference.rs)"
+    );
+    println!(
+        "  bare loop        median {bare_median:>10.0} steps per CPU-second   (issue: about 840 k; runs: {bare_all})"
+    );
+    println!(
+        "  under madsim     median {madsim_median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; runs: \
+         {madsim_all})"
+    );
+    println!(
+        "  madsim's cost    {:.2} µs per step (issue: about 0.35 µs)",
+        (1e6 / madsim_median - 1e6 / bare_median).max(0.0)
+    );
+    if !memory_cpu_rates.is_empty() {
+        let (memory_median, _) = median_and_list(memory_cpu_rates);
+        println!(
+            "  memory ledger    {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} of its \
+             840 k)",
+            memory_median / bare_median,
+            400.0 / 840.0
+        );
+    }
 }
 
 #[cfg(all(test, madsim))]

@@ -4,6 +4,7 @@ pub mod catalogue;
 pub mod check;
 pub mod cli;
 pub mod output;
+pub mod reference;
 pub mod report_cmd;
 pub mod run;
 pub mod search;
