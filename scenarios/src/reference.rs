@@ -9,7 +9,8 @@
 //! its memory ledger uses ([`FastMap`]):
 //!
 //! - [`bare_loop`]: the runs take turns step by step on one thread, nothing else.
-//! - [`madsim_loop`]: one madsim task per run doing the same steps, each followed by a 1 ms simulated sleep.
+//! - [`madsim_loop`]: one madsim task per run doing the same steps, each followed by a 1 ms simulated sleep; or only
+//!   the sleeps, which is what madsim itself costs per step.
 //!
 //! Neither checks anything, calls a fake or keeps a run's state beyond its ledger rows: they are the floor under any
 //! simulation of the step loop, not a simulation.
@@ -68,15 +69,18 @@ pub fn bare_loop(runs: u32, steps_per_run: u32) -> u64 {
 }
 
 /// The same steps under madsim: one task per run, a 1 ms simulated sleep after each step (the connector call), the
-/// ledger shared behind a lock. Returns the steps recorded and the simulated time the runs took, in milliseconds.
+/// ledger shared behind a lock. With `work` false the tasks only sleep, which is madsim's own cost per step. Returns
+/// the steps done (recorded, or slept through without work) and the simulated time they took, in milliseconds.
 #[cfg(madsim)]
-pub fn madsim_loop(runs: u32, steps_per_run: u32) -> (u64, u64) {
+pub fn madsim_loop(runs: u32, steps_per_run: u32, work: bool) -> (u64, u64) {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     let runtime = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
     runtime.block_on(async move {
         let ledger = Arc::new(Mutex::new(FastMap::default()));
-        let start = madsim::time::Instant::now();
+        // The runtime's own clock (simulated time since the runtime started).
+        let time = madsim::time::TimeHandle::current();
+        let start = time.elapsed();
         let tasks: Vec<_> = (0..runs)
             .map(|run| {
                 let ledger = ledger.clone();
@@ -85,7 +89,11 @@ pub fn madsim_loop(runs: u32, steps_per_run: u32) -> (u64, u64) {
                     let mut inputs = inputs(run);
                     let mut recorded = 0;
                     for s in 0..steps_per_run {
-                        recorded += u64::from(step(&mut ledger.lock().expect("never poisoned"), &id, &mut inputs, s));
+                        recorded += if work {
+                            u64::from(step(&mut ledger.lock().expect("never poisoned"), &id, &mut inputs, s))
+                        } else {
+                            1
+                        };
                         madsim::time::sleep(Duration::from_millis(1)).await;
                     }
                     recorded
@@ -96,7 +104,7 @@ pub fn madsim_loop(runs: u32, steps_per_run: u32) -> (u64, u64) {
         for task in tasks {
             recorded += task.await.expect("a reference task does not panic");
         }
-        (recorded, start.elapsed().as_millis() as u64)
+        (recorded, (time.elapsed() - start).as_millis() as u64)
     })
 }
 
@@ -126,9 +134,11 @@ mod tests {
     #[cfg(madsim)]
     #[test]
     fn the_madsim_loop_records_every_step_and_sleeps_once_per_step() {
-        let (recorded, simulated_ms) = madsim_loop(7, 5);
-        assert_eq!(recorded, 35);
-        // The runs sleep side by side: five 1 ms sleeps each, plus madsim's small per-poll advances.
-        assert!((5..10).contains(&simulated_ms), "{simulated_ms} ms");
+        for work in [true, false] {
+            let (done, simulated_ms) = madsim_loop(7, 5, work);
+            assert_eq!(done, 35);
+            // The runs sleep side by side: five 1 ms sleeps each, plus madsim's small per-poll advances.
+            assert!((5..10).contains(&simulated_ms), "{simulated_ms} ms");
+        }
     }
 }
