@@ -66,7 +66,9 @@ enum Command {
     Report(crate::report_cmd::ReportArgs),
     /// The scenario catalogue, one line each.
     Scenarios,
-    /// Measure simulation speed with each ledger (one shard): median steps/s per core and steps per CPU-second.
+    /// Measure simulation speed with each ledger (one shard): median steps/s per core and steps per CPU-second; then
+    /// the yardsticks on this machine (a bare loop of key derivation and a hash-map ledger, the same loop
+    /// under madsim, madsim alone) and the memory ledger's speed as a fraction of the bare loop's.
     Bench {
         /// A catalogue name or a profile file (TOML). Speed depends most on `world.runs_in_flight_max`: compare
         /// figures only at the same profile (docs/speed.md).
@@ -75,7 +77,7 @@ enum Command {
         /// Steps of each repetition (its seed is 1).
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
-        /// Repetitions per ledger; the median of an even number is the mean of the middle two.
+        /// Repetitions per ledger and per yardstick loop; the median of an even number is the mean of the middle two.
         #[arg(long, default_value_t = 3)]
         repeat: u32,
     },
