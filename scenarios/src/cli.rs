@@ -442,8 +442,8 @@ fn bench_reference(repeat: u32, memory_cpu_rates: &[f64]) {
         "  bare loop        median {bare_median:>10.0} steps per CPU-second   (issue: about 840 k; runs: {bare_all})"
     );
     println!(
-        "  under madsim     median {madsim_median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; runs: \
-         {madsim_all})"
+        "  under madsim     median {madsim_median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; \
+         runs: {madsim_all})"
     );
     println!(
         "  madsim alone     median {:>10.2} µs per step   (the sleeps without the work; issue: about 0.35 µs)",
@@ -452,8 +452,8 @@ fn bench_reference(repeat: u32, memory_cpu_rates: &[f64]) {
     if !memory_cpu_rates.is_empty() {
         let (memory_median, _) = median_and_list(memory_cpu_rates);
         println!(
-            "  memory ledger    {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} of its \
-             840 k)",
+            "  memory ledger    {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} \
+             of its 840 k)",
             memory_median / bare_median,
             400.0 / 840.0
         );
