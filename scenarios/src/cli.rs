@@ -66,9 +66,11 @@ enum Command {
     Report(crate::report_cmd::ReportArgs),
     /// The scenario catalogue, one line each.
     Scenarios,
-    /// Measure simulation speed with each ledger (one shard): median steps/s per core and steps per CPU-second; then
-    /// the yardsticks on this machine (a bare loop of key derivation and a hash-map ledger, the same loop
-    /// under madsim, madsim alone) and the memory ledger's speed as a fraction of the bare loop's.
+    /// Measure simulation speed with each ledger (one shard), and the yardsticks on this machine.
+    ///
+    /// With each ledger, median steps/s per core and steps per CPU-second; then a bare loop of key derivation and a
+    /// hash-map ledger, the same loop under madsim and madsim alone, and the memory ledger's speed as a fraction of the
+    /// bare loop's.
     Bench {
         /// A catalogue name or a profile file (TOML). Speed depends most on `world.runs_in_flight_max`: compare
         /// figures only at the same profile (docs/speed.md).
