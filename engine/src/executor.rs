@@ -171,6 +171,8 @@ enum CompiledKind {
 struct Compiled {
     workflow: Workflow,
     kinds: Vec<CompiledKind>,
+    /// Per step, whether a later step's template names its output ([`Workflow::outputs_referenced`]).
+    output_needed: Vec<bool>,
 }
 
 /// How one key (`T`: its output) or one step ([`StepEnd`]) ended in this drive.
@@ -247,10 +249,37 @@ struct KeyJob<'a> {
     key: Key,
     bound: &'a Bound,
     inputs: &'a Arc<Value>,
-    inputs_hash: [u8; 32],
+    /// The input paths the key leaves out: the inputs hash leaves them out too.
+    volatile: &'a [String],
+    /// blake3 of the canonical inputs (the claim records it), when already computed. A re-drive leaves it `None`:
+    /// most of its keys are replayed, which records nothing, and [`KeyJob::inputs_hash`] computes it for a claim.
+    inputs_hash: Option<[u8; 32]>,
     /// The key belongs to a run's first drive, so almost surely nobody has claimed it: its first decision is made
     /// without reading the record (see [`Engine::run_key`]).
     new_run: bool,
+    /// A later step's template names this step's output. When none does, a replay does not parse the stored output
+    /// back: nothing in the drive would read it.
+    output_needed: bool,
+}
+
+impl KeyJob<'_> {
+    /// blake3 of the canonical inputs without the volatile paths, as the claim records it.
+    fn inputs_hash(&self) -> [u8; 32] {
+        self.inputs_hash.unwrap_or_else(|| {
+            key::inputs_hash_without(self.inputs, self.volatile)
+                .expect("the inputs were canonicalised for the key already")
+        })
+    }
+}
+
+/// What every step of one drive shares with the step runners.
+#[derive(Clone, Copy)]
+struct Drive<'a> {
+    run_id: &'a str,
+    /// See [`KeyJob::new_run`].
+    new_run: bool,
+    /// See [`KeyJob::output_needed`]; the step's, for each of its keys.
+    output_needed: bool,
 }
 
 /// What one decision of [`Engine::run_key`]'s loop leaves to do once the key's record is dropped.
@@ -445,7 +474,8 @@ impl Engine {
                 ),
             });
         }
-        self.workflows.insert(workflow.name.clone(), Arc::new(Compiled { workflow, kinds }));
+        let output_needed = workflow.outputs_referenced();
+        self.workflows.insert(workflow.name.clone(), Arc::new(Compiled { workflow, kinds, output_needed }));
         Ok(())
     }
 
@@ -695,22 +725,24 @@ impl Engine {
             .or(stored_trigger.as_ref())
             .expect("parsed above unless an edited trigger or the stored document is given");
         let mut outputs: Vec<StepOutput> = Vec::with_capacity(compiled.kinds.len());
-        for (step, kind) in compiled.workflow.steps.iter().zip(&compiled.kinds) {
+        for ((step, kind), &output_needed) in
+            compiled.workflow.steps.iter().zip(&compiled.kinds).zip(&compiled.output_needed)
+        {
+            let drive = Drive { run_id, new_run, output_needed };
             let end = match kind {
                 CompiledKind::Action(bound) => {
                     let StepKind::Action { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
-                    self.run_action_step(run_id, new_run, step, bound, inputs, trigger, &outputs).await?
+                    self.run_action_step(drive, step, bound, inputs, trigger, &outputs).await?
                 }
                 // Steps with a plan are boxed (built in their block): held inline, their futures would make every
                 // drive's future two thirds larger for its whole life, action steps being the common kind.
                 CompiledKind::Writes => {
                     let StepKind::Writes(writes) = &step.kind else { unreachable!("compiled from this step") };
-                    pin_in_place(|| self.run_writes_step(run_id, new_run, step, writes, trigger, &outputs)).await?
+                    pin_in_place(|| self.run_writes_step(drive, step, writes, trigger, &outputs)).await?
                 }
                 CompiledKind::Agent(planner) => {
                     let StepKind::Agent { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
-                    pin_in_place(|| self.run_agent_step(run_id, new_run, step, planner, inputs, trigger, &outputs))
-                        .await?
+                    pin_in_place(|| self.run_agent_step(drive, step, planner, inputs, trigger, &outputs)).await?
                 }
             };
             match end {
@@ -732,23 +764,39 @@ impl Engine {
         Ok(RunStatus::Succeeded)
     }
 
-    #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
     async fn run_action_step(
         &self,
-        run_id: &str,
-        new_run: bool,
+        drive: Drive<'_>,
         step: &workflow::Step,
         bound: &Bound,
         template: &Template,
         trigger: &Value,
         outputs: &[StepOutput],
     ) -> Result<StepEnd, Error> {
+        let Drive { run_id, new_run, output_needed } = drive;
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
-        let (key, inputs_hash) = match key::step_key_and_inputs_hash(run_id, &step.id, &inputs, &step.volatile) {
+        // A first drive claims nearly every key, so the inputs hash comes with the key from one canonical write; a
+        // re-drive mostly replays, and computes it only for a claim.
+        let keyed = if new_run {
+            key::step_key_and_inputs_hash(run_id, &step.id, &inputs, &step.volatile).map(|(k, h)| (k, Some(h)))
+        } else {
+            key::step_key_without(run_id, &step.id, &inputs, &step.volatile).map(|k| (k, None))
+        };
+        let (key, inputs_hash) = match keyed {
             Ok(keyed) => keyed,
             Err(e) => return Ok(self.unkeyable(&step.id, &e)),
         };
-        let job = KeyJob { run_id, step_id: &step.id, key, bound, inputs: &inputs, inputs_hash, new_run };
+        let job = KeyJob {
+            run_id,
+            step_id: &step.id,
+            key,
+            bound,
+            inputs: &inputs,
+            volatile: &step.volatile,
+            inputs_hash,
+            new_run,
+            output_needed,
+        };
         Ok(self.run_key(&job).await?.map(StepOutput::One))
     }
 
@@ -759,13 +807,13 @@ impl Engine {
 
     async fn run_writes_step(
         &self,
-        run_id: &str,
-        new_run: bool,
+        drive: Drive<'_>,
         step: &workflow::Step,
         writes: &[(String, Template)],
         trigger: &Value,
         outputs: &[StepOutput],
     ) -> Result<StepEnd, Error> {
+        let run_id = drive.run_id;
         let plan = Value::Array(
             writes
                 .iter()
@@ -815,20 +863,19 @@ impl Engine {
                 (in_force, reused, built)
             }
         };
-        self.run_plan(run_id, new_run, step, step_key, &recorded, reused, built).await
+        self.run_plan(drive, step, step_key, &recorded, reused, built).await
     }
 
-    #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
     async fn run_agent_step(
         &self,
-        run_id: &str,
-        new_run: bool,
+        drive: Drive<'_>,
         step: &workflow::Step,
         planner: &Arc<dyn Planner>,
         template: &Template,
         trigger: &Value,
         outputs: &[StepOutput],
     ) -> Result<StepEnd, Error> {
+        let run_id = drive.run_id;
         let inputs = Arc::new(workflow::render(template, trigger, outputs));
         let step_key = match key::step_key_without(run_id, &step.id, &inputs, &step.volatile) {
             Ok(k) => k,
@@ -836,7 +883,7 @@ impl Engine {
         };
         if let Some(recorded) = self.ledger.get_plan(&step_key)? {
             // A recorded plan is final: never ask the planner again.
-            return self.run_plan(run_id, new_run, step, step_key, &recorded, true, None).await;
+            return self.run_plan(drive, step, step_key, &recorded, true, None).await;
         }
         let mut last_error = String::new();
         for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
@@ -867,7 +914,7 @@ impl Engine {
             let in_force = self.ledger.record_plan(run_id, &step_key, &bytes, self.clock.now_ms())?;
             let reused = in_force != bytes;
             let built = (!reused && reads_back(&plan)).then_some(proposed);
-            return self.run_plan(run_id, new_run, step, step_key, &in_force, reused, built).await;
+            return self.run_plan(drive, step, step_key, &in_force, reused, built).await;
         }
         Ok(End::Failed {
             reason: format!(
@@ -879,17 +926,16 @@ impl Engine {
 
     /// Runs the writes of a recorded plan, each under its own write key. `built` is the plan's writes when this drive
     /// built `plan` from them and a parse of it would give them back; otherwise `plan` is parsed.
-    #[allow(clippy::too_many_arguments, reason = "a private step runner; the arguments are the step's context")]
     async fn run_plan(
         &self,
-        run_id: &str,
-        new_run: bool,
+        drive: Drive<'_>,
         step: &workflow::Step,
         step_key: Key,
         plan: &[u8],
         reused: bool,
         built: Option<Vec<PlannedAction>>,
     ) -> Result<StepEnd, Error> {
+        let Drive { run_id, new_run, output_needed } = drive;
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
         let writes: Vec<PlannedAction> = match built {
             Some(writes) => writes,
@@ -917,8 +963,10 @@ impl Engine {
                 key,
                 bound,
                 inputs: &Arc::new(write.inputs),
-                inputs_hash: *blake3::hash(&canonical).as_bytes(),
+                volatile: &step.volatile,
+                inputs_hash: new_run.then(|| *blake3::hash(&canonical).as_bytes()),
                 new_run,
+                output_needed,
             };
             match self.run_key(&job).await? {
                 End::Done(output) => outputs.push(output),
@@ -981,8 +1029,12 @@ impl Engine {
                         let record = record.expect("replay decided on a record");
                         let bytes =
                             record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
-                        let output: Value = serde_json::from_slice(bytes)
-                            .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?;
+                        // An output no later step names stands as `null`: nothing in this drive reads it.
+                        let output = match job.output_needed {
+                            true => serde_json::from_slice(bytes)
+                                .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?,
+                            false => Value::Null,
+                        };
                         self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
                         return Ok(End::Done(Arc::new(output)));
                     }
@@ -1215,7 +1267,7 @@ impl Engine {
             run_id: job.run_id,
             step_id: job.step_id,
             action: &job.bound.full,
-            inputs_hash: job.inputs_hash,
+            inputs_hash: job.inputs_hash(),
             worker: &self.config.worker_id,
             now_ms,
             lease_ms: self.config.lease_ms,

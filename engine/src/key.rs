@@ -194,6 +194,18 @@ pub fn step_key_and_inputs_hash(
     })
 }
 
+/// blake3 of the canonical inputs without the members `volatile_paths` name: the inputs hash
+/// [`step_key_and_inputs_hash`] gives with its key, alone.
+pub fn inputs_hash_without(
+    inputs: &serde_json::Value,
+    volatile_paths: &[String],
+) -> Result<[u8; 32], crate::canonical::Error> {
+    with_scratch(|buf| {
+        crate::canonical::write_value_without(inputs, volatile_paths, buf)?;
+        Ok(*blake3::hash(buf).as_bytes())
+    })
+}
+
 /// Writes the encoding a step key hashes into `buf` (empty), and returns where the canonical inputs start in it.
 fn step_key_encoding(
     buf: &mut Vec<u8>,
@@ -326,6 +338,18 @@ mod tests {
             assert_eq!(key.hex().as_str(), expected);
             assert_eq!(key.to_hex(), expected);
             assert_eq!(key.to_string(), expected);
+        }
+    }
+
+    #[test]
+    fn the_inputs_hash_alone_is_the_one_given_with_the_key() {
+        let inputs = serde_json::json!({"b": [1, 2.5, "x"], "a": {"at": 17, "keep": true}, "c": null});
+        for volatile in [vec![], vec!["a.at".to_string()], vec!["c".to_string(), "b".to_string()]] {
+            let (key, hash) = super::step_key_and_inputs_hash("run-1", "s", &inputs, &volatile).expect("canonical");
+            assert_eq!(super::inputs_hash_without(&inputs, &volatile).expect("canonical"), hash, "{volatile:?}");
+            assert_eq!(super::step_key_without("run-1", "s", &inputs, &volatile).expect("canonical"), key);
+            let without = crate::canonical::to_vec_without(&inputs, &volatile).expect("canonical");
+            assert_eq!(hash, *blake3::hash(&without).as_bytes());
         }
     }
 

@@ -210,6 +210,39 @@ impl Workflow {
         }
         Ok(Workflow { name: def.name.clone(), steps })
     }
+
+    /// For each step, whether a later step's template names its output. An output nobody names is never read again
+    /// in a drive, so a re-drive that replays the step need not parse it back.
+    pub fn outputs_referenced(&self) -> Vec<bool> {
+        let mut referenced = vec![false; self.steps.len()];
+        for step in &self.steps {
+            match &step.kind {
+                StepKind::Action { inputs, .. } | StepKind::Agent { inputs, .. } => mark_steps(inputs, &mut referenced),
+                StepKind::Writes(writes) => writes.iter().for_each(|(_, t)| mark_steps(t, &mut referenced)),
+            }
+        }
+        referenced
+    }
+}
+
+/// Marks every step `template` names.
+fn mark_steps(template: &Template, referenced: &mut [bool]) {
+    let mut mark = |reference: &Reference| {
+        if let Source::Step(index) = reference.source {
+            referenced[index] = true;
+        }
+    };
+    match template {
+        Template::Literal(_) => {}
+        Template::Reference(reference) => mark(reference),
+        Template::Interpolated(parts) => parts.iter().for_each(|part| {
+            if let Part::Reference(reference) = part {
+                mark(reference);
+            }
+        }),
+        Template::Array(items) => items.iter().for_each(|t| mark_steps(t, referenced)),
+        Template::Object(members) => members.iter().for_each(|(_, t)| mark_steps(t, referenced)),
+    }
 }
 
 /// Splits `connector.action`.
@@ -408,6 +441,24 @@ mod tests {
             render(inputs, &trigger, &[StepOutput::One(Arc::new(json!({"list": [0, {"k": true}]})))]),
             json!({"from": {"k": true}, "lit": [1, "x"]})
         );
+    }
+
+    #[test]
+    fn outputs_referenced_lists_the_steps_a_later_template_names() {
+        let wf = Workflow::from_json(
+            &json!({"name": "w", "steps": [
+                {"id": "a", "action": "c.x", "inputs": {"email": "{{trigger.email}}"}},
+                {"id": "b", "action": "c.y", "inputs": {"deep": [{"k": "id {{steps.a.output.id}}"}]}},
+                {"id": "c", "action": "c.z", "inputs": {"whole": "{{steps.b.output}}"}},
+                {"id": "d", "writes": [{"action": "c.x", "inputs": {"from": "{{steps.c.output.n}}"}}]},
+                {"id": "e", "planner": "p", "inputs": {"literal": "steps.d.output"}},
+                {"id": "f", "action": "c.x", "inputs": {"t": "{{trigger.x}}"}}
+            ]})
+            .to_string(),
+        )
+        .expect("valid");
+        // d is named only by a literal (no braces), e and f by nothing.
+        assert_eq!(wf.outputs_referenced(), [true, true, true, false, false, false]);
     }
 
     #[test]

@@ -554,6 +554,40 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
     }
 }
 
+/// A re-drive replays the steps done before the crash: an output a later step names is read back from the ledger (the
+/// step after it gets the id the first call returned), and the keys it claims record the same inputs hash a first drive
+/// does. Crashes before the second and before the third call, so the replays include an output nobody names.
+#[tokio::test]
+async fn a_re_drive_reads_back_the_outputs_later_steps_name_and_hashes_the_inputs_it_claims() {
+    for (nth, (ledger_name, ledger)) in [2, 3].into_iter().flat_map(|nth| ledgers().into_iter().map(move |l| (nth, l)))
+    {
+        let name = format!("{ledger_name}: crash before call {nth}");
+        let connector = Scripted::new("api", vec![keyed("a", 60_000, false), keyed("b", 60_000, false)], &[]);
+        let wf = json!({"name": "wf", "steps": [
+            {"id": "first", "action": "api.a", "inputs": {"email": "{{trigger.email}}"}},
+            {"id": "second", "action": "api.b", "inputs": {"from_first": "{{steps.first.output.id}}"}},
+            {"id": "third", "action": "api.a", "inputs": {"after": "third of {{trigger.email}}"}}
+        ]});
+        let crashing = Recorder::halting_at(CrashPoint::BeforeCall, nth);
+        let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        first.create_run("wf", "r1", &json!({"email": "a@x"})).unwrap();
+        assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
+        drop(first);
+        let recorder = Recorder::new();
+        let second = engine(config("w2"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[wf]);
+        assert_eq!(second.drive("r1").await.unwrap(), RunStatus::Succeeded, "{name}");
+        assert_eq!(recorder.count("replayed"), nth as usize - 1, "{name}");
+        let effects = connector.effects();
+        assert_eq!(effects.len(), 3, "{name}: one effect per step");
+        assert_eq!(effects[1].inputs, json!({"from_first": effects[0].id}), "{name}");
+        for effect in &effects {
+            let record = ledger.get(&effect.key).unwrap().expect("recorded");
+            let canonical = engine::canonical::to_vec(&effect.inputs).unwrap();
+            assert_eq!(record.inputs_hash, *blake3::hash(&canonical).as_bytes(), "{name}: {}", effect.action);
+        }
+    }
+}
+
 #[tokio::test]
 async fn auto_retry_coverage_counts_distinct_actions() {
     let connector = Scripted::new(
