@@ -13,7 +13,7 @@ use crate::results::{Duplicates, InvariantResult, Latency};
 use crate::vecmap::VecMap;
 use connectors_fake::one_or_more::{OneOrMore, push_or_start};
 use engine::event::Event;
-use engine::fastmap::FastMap;
+use engine::fastmap::{FastMap, FastSet};
 use engine::key::Key;
 use engine::ledger::{CompactString, Ledger, RunStatus, Status, StepOutcome};
 use std::collections::{BTreeMap, BTreeSet};
@@ -107,11 +107,15 @@ pub struct ActionCounters {
 pub struct Checker {
     actions: Vec<ActionInfo>,
     action_names: Vec<String>,
+    /// Each action's index by its full name: one hash and one compare per event (a binary search over the sorted
+    /// names compared a string at every probe, several per event).
+    action_index: FastMap<String, usize>,
     /// Each action's name split at its first `.` (as the engine splits it): the connector and the action. Found by a
     /// scan: a world declares a dozen or two actions, and the lengths rule out almost every one without a compare.
     action_parts: Vec<(String, String)>,
-    /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id.
-    plan_steps: BTreeSet<String>,
+    /// Which steps of which workflow must record a plan first (multi-write and agent steps), by step id. Only
+    /// looked up (most steps are not in it, which a hash answers without comparing a string).
+    plan_steps: FastSet<String>,
     /// Looked up on every event; listed only in sorted order (`unfinished_runs`).
     runs: FastMap<CompactString, RunState>,
     /// Sent key → ledger key, for calls in flight (dropped when the run finishes).
@@ -152,9 +156,10 @@ impl Checker {
         Checker {
             actions: actions.values().cloned().collect(),
             counters: vec![ActionCounters::default(); action_names.len()],
+            action_index: action_names.iter().enumerate().map(|(i, name)| (name.clone(), i)).collect(),
             action_names,
             action_parts,
-            plan_steps,
+            plan_steps: plan_steps.into_iter().collect(),
             runs: FastMap::default(),
             sent_to_ledger: FastMap::default(),
             incarnations: vec![0; workers as usize],
@@ -192,12 +197,12 @@ impl Checker {
         self.incarnations[worker as usize] += 1;
     }
 
-    /// The index of the action the engine names `connector.action`. `action_names` is sorted (it comes from a
-    /// `BTreeMap`), and equal full names are equal parts, so the full name is searched for without splitting it.
+    /// The index of the action the engine names `connector.action` (equal full names are equal parts, so the full
+    /// name is looked up without splitting it).
     fn action_of(&self, name: &str) -> usize {
-        match self.action_names.binary_search_by(|declared| declared.as_str().cmp(name)) {
-            Ok(i) => i,
-            Err(_) => panic!("the engine called action {name:?}, which the world did not declare"),
+        match self.action_index.get(name) {
+            Some(&i) => i,
+            None => panic!("the engine called action {name:?}, which the world did not declare"),
         }
     }
 
