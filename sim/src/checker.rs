@@ -78,7 +78,7 @@ struct RunState {
     /// Steps whose plan is recorded (step ids; a set, as a map to nothing).
     plans: VecMap<CompactString, ()>,
     /// Step key → the hash of the plan in force (a different one later breaks I7).
-    plan_keys: VecMap<Key, [u8; 32]>,
+    plan_keys: VecMap<Key, PlanHash>,
     paused_once: bool,
     pending_retry_grants: u32,
     /// Keys sent in place of this run's ledger keys (the naive policy's fresh key per attempt), forgotten with it.
@@ -218,9 +218,9 @@ impl Checker {
         self.action_parts.iter().position(|(c, a)| c == connector && a == action)
     }
 
-    /// One engine event from `worker`; `plan_hash` is blake3 of a recorded plan when the caller has hashed it
+    /// One engine event from `worker`; `plan_hash` is [`plan_hash`] of a recorded plan when the caller has hashed it
     /// already (the world hashes it for the trace), else the checker hashes it.
-    pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>, plan_hash: Option<&[u8; 32]>) {
+    pub fn on_event(&mut self, worker: u32, now_ms: u64, event: &Event<'_>, plan_hash: Option<&PlanHash>) {
         match *event {
             Event::RunStarted { run_id, .. } => {
                 run_state(&mut self.runs, run_id);
@@ -230,7 +230,7 @@ impl Checker {
                 run.plans.get_or_insert_with(step_id, |s: &str| CompactString::from(s), || ());
                 // Plans are per step key (a replay with edited inputs has a new key and a new plan, legitimately);
                 // two workers may both report the plan in force, but its content must never change.
-                let hash = plan_hash.copied().unwrap_or_else(|| *blake3::hash(plan).as_bytes());
+                let hash = plan_hash.copied().unwrap_or_else(|| self::plan_hash(plan));
                 let first = run.plan_keys.get_or_insert_with(key, |k| *k, || hash);
                 if *first != hash {
                     self.violate("I7", format!("run {run_id} step {step_id}: a recorded plan was replaced"));
@@ -544,6 +544,15 @@ impl Checker {
 pub const RESIDUAL_CLASS: &str = "lookup-before-create";
 
 /// A write of a multi-write step reports its step id as `step#index`; plans are recorded per step.
+/// A recorded plan's fingerprint, for the trace and for I7 (a plan in force never changes): XXH3-128 of its bytes, as
+/// the trace hash is (a fingerprint compared within one simulation, not a commitment).
+pub type PlanHash = [u8; 16];
+
+/// [`PlanHash`] of a plan's recorded bytes.
+pub fn plan_hash(plan: &[u8]) -> PlanHash {
+    xxhash_rust::xxh3::xxh3_128(plan).to_le_bytes()
+}
+
 fn step_base(step_id: &str) -> &str {
     // A byte scan: step ids are a few bytes long, shorter than `split_once`'s `memchr` set-up.
     match step_id.bytes().position(|b| b == b'#') {

@@ -5,7 +5,7 @@
 //! Everything is a function of the seed: the madsim runtime is seeded with it, and every random draw of the world,
 //! the fakes and the planner comes from a [`Rng`] forked from it by name. Time is madsim's virtual clock.
 
-use crate::checker::{Checker, EffectSeen};
+use crate::checker::{self, Checker, EffectSeen};
 use crate::profile::Profile;
 use crate::results::{ActionStats, Results};
 use crate::trace::{Field, Trace};
@@ -266,8 +266,8 @@ fn crash_point_name(point: CrashPoint) -> &'static str {
     }
 }
 
-/// Records an engine event in the trace. Returns blake3 of a recorded plan, which the checker needs too.
-fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) -> Option<[u8; 32]> {
+/// Records an engine event in the trace. Returns the hash of a recorded plan, which the checker needs too.
+fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) -> Option<checker::PlanHash> {
     let w = Field::U64(worker as u64);
     match *event {
         Event::RunStarted { run_id, workflow } => {
@@ -283,7 +283,7 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) -> 
             trace.record(now, "replayed", &[w, Field::Str(run_id), Field::Str(step_id), Field::Bytes(&key.0)])
         }
         Event::PlanRecorded { run_id, step_id, key, writes, reused, plan } => {
-            let hash = *blake3::hash(plan).as_bytes();
+            let hash = checker::plan_hash(plan);
             trace.record(
                 now,
                 "plan-recorded",
