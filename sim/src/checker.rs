@@ -584,6 +584,34 @@ mod tests {
     use super::step_base;
 
     #[test]
+    fn a_plan_recorded_again_must_be_the_same_plan() {
+        use super::{ActionInfo, Checker, plan_hash};
+        use engine::event::Event;
+        use engine::key::Key;
+        let info = ActionInfo { class: "keyed".into(), lag_bound_ms: None, at_most_once: false };
+        let actions = std::collections::BTreeMap::from([("api.a".to_string(), info)]);
+        let mut checker = Checker::new(&actions, ["w".to_string()].into(), 2, 1_000);
+        fn plan<'a>(key: &'a Key, plan: &'a [u8]) -> Event<'a> {
+            Event::PlanRecorded { run_id: "r1", step_id: "w", key, writes: 1, reused: false, plan }
+        }
+        let (key, edited_key) = (Key([1; 32]), Key([2; 32]));
+        let i7 = |checker: &Checker| checker.invariants(false)["I7"].violations;
+        checker.on_event(0, 1, &Event::RunStarted { run_id: "r1", workflow: "wf" }, None);
+        let first: &[u8] = br#"[{"action":"api.a","inputs":{"n":1}}]"#;
+        checker.on_event(0, 2, &plan(&key, first), None);
+        // Reported again (another worker, a re-drive), by its hash or not: the same plan.
+        checker.on_event(1, 3, &plan(&key, first), Some(&plan_hash(first)));
+        assert_eq!(i7(&checker), 0);
+        // Another key (edited inputs) may have another plan.
+        checker.on_event(1, 4, &plan(&edited_key, br#"[]"#), None);
+        assert_eq!(i7(&checker), 0);
+        // The same key with a plan that differs in one byte: replaced.
+        checker.on_event(0, 5, &plan(&key, br#"[{"action":"api.a","inputs":{"n":2}}]"#), None);
+        assert_eq!(i7(&checker), 1);
+        assert_ne!(plan_hash(b"a"), plan_hash(b"b"));
+    }
+
+    #[test]
     fn a_writes_index_is_cut_from_the_step_id() {
         assert_eq!(step_base("charge#0"), "charge");
         assert_eq!(step_base("charge#12#3"), "charge");
