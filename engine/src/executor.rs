@@ -1030,10 +1030,11 @@ impl Engine {
                         let bytes =
                             record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
                         // An output no later step names stands as `null`: nothing in this drive reads it.
-                        let output = match job.output_needed {
-                            true => serde_json::from_slice(bytes)
-                                .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?,
-                            false => Value::Null,
+                        let output = if job.output_needed {
+                            serde_json::from_slice(bytes)
+                                .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?
+                        } else {
+                            Value::Null
                         };
                         self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
                         return Ok(End::Done(Arc::new(output)));

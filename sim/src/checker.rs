@@ -543,7 +543,6 @@ impl Checker {
 /// The class the article's residual duplicates belong to: lookups that missed a write still invisible to reads.
 pub const RESIDUAL_CLASS: &str = "lookup-before-create";
 
-/// A write of a multi-write step reports its step id as `step#index`; plans are recorded per step.
 /// A recorded plan's fingerprint, for the trace and for I7 (a plan in force never changes): XXH3-128 of its bytes, as
 /// the trace hash is (a fingerprint compared within one simulation, not a commitment).
 pub type PlanHash = [u8; 16];
@@ -553,6 +552,7 @@ pub fn plan_hash(plan: &[u8]) -> PlanHash {
     xxhash_rust::xxh3::xxh3_128(plan).to_le_bytes()
 }
 
+/// A write of a multi-write step reports its step id as `step#index`; plans are recorded per step.
 fn step_base(step_id: &str) -> &str {
     // A byte scan: step ids are a few bytes long, shorter than `split_once`'s `memchr` set-up.
     match step_id.bytes().position(|b| b == b'#') {
