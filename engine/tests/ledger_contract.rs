@@ -362,6 +362,18 @@ fn runs(f: Fixture) {
     l.set_run_status("r1", RunStatus::Running, None, 53).unwrap();
     assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r5"]);
     assert_eq!(l.paused_runs().unwrap(), ["r4"]);
+    // A finished run walked again (an edited replay) is unfinished once more, and a paused run that fails is in
+    // neither listing; a run that does not exist is not found, whatever the status asked for.
+    l.set_run_status("r2", RunStatus::Running, None, 54).unwrap();
+    l.set_run_status("r2", RunStatus::Pending, None, 55).unwrap();
+    assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r2", "r5"]);
+    l.set_run_status("r2", RunStatus::Paused, Some("a person looks"), 56).unwrap();
+    l.set_run_status("r2", RunStatus::Failed, Some("aborted"), 57).unwrap();
+    assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r5"]);
+    assert_eq!(l.paused_runs().unwrap(), ["r4"]);
+    for status in [RunStatus::Running, RunStatus::Failed] {
+        assert!(matches!(l.set_run_status("nope", status, None, 58), Err(Error::NotFound { .. })), "{status:?}");
+    }
     let r4 = l.get_run("r4").unwrap().unwrap();
     assert_eq!(
         (r4.status, r4.reason.as_deref(), r4.created_ms, r4.updated_ms),
@@ -598,6 +610,51 @@ mod sqlite_file_only {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
         let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!((version, mode.as_str()), (engine::ledger::sqlite::SCHEMA_VERSION, "wal"));
+    }
+
+    /// A file written by a build of schema version 1 (the runs listed through an index on (status, run id)) is
+    /// migrated on open: every run keeps its status, both listings give the same runs, and later changes keep them.
+    #[test]
+    fn a_version_1_file_is_migrated_and_lists_the_same_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(engine::ledger::sqlite::MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        for (id, status) in
+            [("r3", "running"), ("r1", "pending"), ("r5", "paused"), ("r2", "succeeded"), ("r6", "failed")]
+        {
+            conn.execute(
+                "INSERT INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms) \
+                 VALUES (?1, 'wf', ?2, X'7b7d', NULL, 1, 2)",
+                [id, status],
+            )
+            .unwrap();
+        }
+        drop(conn);
+        let l = open(&path).unwrap();
+        assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r3"]);
+        assert_eq!(l.paused_runs().unwrap(), ["r5"]);
+        assert_eq!(l.get_run("r2").unwrap().map(|r| r.status), Some(RunStatus::Succeeded));
+        l.set_run_status("r1", RunStatus::Running, None, 3).unwrap();
+        l.set_run_status("r3", RunStatus::Succeeded, None, 3).unwrap();
+        l.set_run_status("r5", RunStatus::Running, None, 3).unwrap();
+        l.set_run_status("r2", RunStatus::Paused, Some("a person looks"), 3).unwrap();
+        assert_eq!(l.unfinished_runs().unwrap(), ["r1", "r5"]);
+        assert_eq!(l.paused_runs().unwrap(), ["r2"]);
+        drop(l);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, engine::ledger::sqlite::SCHEMA_VERSION);
+        // Both listings are answered from their partial indexes, not by reading every run.
+        for (sql, index) in [
+            ("SELECT run_id FROM runs WHERE unfinished = 1 ORDER BY run_id", "runs_unfinished"),
+            ("SELECT run_id FROM runs WHERE status = 'paused' ORDER BY run_id", "runs_paused"),
+        ] {
+            let plan: String =
+                conn.query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get::<_, String>(3)).unwrap();
+            assert!(plan.contains(index), "{sql}: {plan}");
+        }
     }
 
     /// Writes that may wait are lost by a crash unless flushed; durable ones and everything before them are not.

@@ -141,6 +141,17 @@ pub const MIGRATIONS: &[&str] = &[
         at_ms INTEGER NOT NULL
     );
     CREATE INDEX resolutions_by_run ON resolutions (run_id, id);",
+    // Version 2. A run's status moved its entry in `runs_by_status (status, run_id)` at every change (pending →
+    // running → succeeded: two deletes and two inserts besides the row's own), about half the cost of the change. The
+    // listings need only the unfinished (pending or running) and the paused runs: `unfinished` is 1 exactly when the
+    // status is pending or running (NULL otherwise), and each listing has a partial index. A change between pending
+    // and running does not set `unfinished`, so SQLite leaves both indexes alone; a run enters the first index when
+    // created (or resumed) and leaves it when it ends or pauses, and only paused runs are in the second.
+    "ALTER TABLE runs ADD COLUMN unfinished INTEGER;
+    UPDATE runs SET unfinished = 1 WHERE status IN ('pending', 'running');
+    DROP INDEX runs_by_status;
+    CREATE INDEX runs_unfinished ON runs (run_id) WHERE unfinished = 1;
+    CREATE INDEX runs_paused ON runs (run_id) WHERE status = 'paused';",
 ];
 
 /// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
@@ -601,11 +612,16 @@ fn claimed_durably(conn: &Connection, key: &Key) -> Result<bool> {
     Ok(stmt.query_row([&key.0[..]], |r| r.get::<_, bool>(0)).optional().map_err(storage)?.unwrap_or(false))
 }
 
+/// A run's `unfinished` column: 1 while it is pending or running, NULL otherwise (see version 2 of [`MIGRATIONS`]).
+fn unfinished_column(status: RunStatus) -> Option<i64> {
+    matches!(status, RunStatus::Pending | RunStatus::Running).then_some(1)
+}
+
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
     let mut stmt = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT OR IGNORE INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms, unfinished) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
         .map_err(storage)?;
     let inserted = stmt
@@ -617,6 +633,7 @@ fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
             run.reason,
             to_sql(run.created_ms),
             to_sql(run.updated_ms),
+            unfinished_column(run.status),
         ])
         .map_err(storage)?;
     Ok(inserted == 1)
@@ -815,10 +832,29 @@ impl Ledger for SqliteLedger {
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         self.write_one(|conn| {
-            let mut stmt = conn
-                .prepare_cached("UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1")
-                .map_err(storage)?;
-            let updated = stmt.execute(params![run_id, status.as_str(), reason, to_sql(now_ms)]).map_err(storage)?;
+            let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
+            let update = |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values));
+            // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
+            // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
+            // second sets every column: when the first finds the run not unfinished, the two together write what the
+            // second alone would.
+            let updated = match unfinished_column(status) {
+                Some(_) => match update(
+                    "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1",
+                )
+                .map_err(storage)?
+                {
+                    0 => update(
+                        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1",
+                    )
+                    .map_err(storage)?,
+                    n => n,
+                },
+                None => update(
+                    "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1",
+                )
+                .map_err(storage)?,
+            };
             if updated == 0 {
                 return Err(Error::NotFound { what: format!("run {run_id}") });
             }
@@ -831,9 +867,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {
-        self.read(|conn| {
-            run_ids(conn, "SELECT run_id FROM runs WHERE status IN ('pending', 'running') ORDER BY run_id")
-        })
+        self.read(|conn| run_ids(conn, "SELECT run_id FROM runs WHERE unfinished = 1 ORDER BY run_id"))
     }
 
     fn paused_runs(&self) -> Result<Vec<String>> {
