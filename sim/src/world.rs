@@ -792,7 +792,12 @@ impl Shared {
     fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
         let live = self.live_workers.lock()[worker as usize].clone();
         match live {
-            Some(live) => start_drive(self, &live, run_id.to_owned(), trigger),
+            // A run dispatched with its trigger was created a moment ago, in this same poll (the traffic generator,
+            // a delivery that started it): it is pending, and the drive starts without reading its status.
+            Some(live) => {
+                let created = trigger.is_some();
+                start_drive(self, &live, run_id.to_owned(), trigger, created)
+            }
             None => self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger)),
         }
     }
@@ -1089,7 +1094,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
     for run_id in unfinished {
         if world.assigned_worker(&run_id) == worker {
-            start_drive(&world, &this, run_id, None);
+            start_drive(&world, &this, run_id, None, false);
         }
     }
     // Runs whose every driver died (a crash killed them; a run another worker was driving, say): finish those that
@@ -1114,7 +1119,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
                 world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, r.status);
             }
-            Some(_) => start_drive(&world, &this, run_id, None),
+            Some(_) => start_drive(&world, &this, run_id, None, false),
             None => {
                 world.drivers.lock().remove(run_id.as_str());
             }
@@ -1125,7 +1130,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     world.live_workers.lock()[worker as usize] = Some(this.clone());
     let waiting = std::mem::take(&mut *world.mailboxes[worker as usize].lock());
     for (run_id, trigger) in waiting {
-        start_drive(&world, &this, run_id, trigger);
+        start_drive(&world, &this, run_id, trigger, false);
     }
     // The node's first task must not end: madsim stops a node whose first task returns.
     std::future::pending::<()>().await;
@@ -1139,14 +1144,26 @@ struct LiveWorker {
     node: madsim::runtime::NodeHandle,
 }
 
-fn start_drive(world: &Arc<Shared>, live: &LiveWorker, run_id: String, trigger: Option<Arc<serde_json::Value>>) {
+/// Starts a drive of `run_id` on `live`'s worker. `created`: the run was created in this same poll, so it is pending
+/// (checked in debug builds) and its status is not read.
+fn start_drive(
+    world: &Arc<Shared>,
+    live: &LiveWorker,
+    run_id: String,
+    trigger: Option<Arc<serde_json::Value>>,
+    created: bool,
+) {
     let me = live.me;
     // Finished runs are forgotten; a late dispatch of one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
-    match world.ledger.run_status(&run_id) {
-        Ok(Some(status)) if !status.is_terminal() && status != RunStatus::Paused => {}
-        Ok(_) => return,
-        Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
+    if created {
+        debug_assert_eq!(world.ledger.run_status(&run_id).ok().flatten(), Some(RunStatus::Pending), "{run_id}");
+    } else {
+        match world.ledger.run_status(&run_id) {
+            Ok(Some(status)) if !status.is_terminal() && status != RunStatus::Paused => {}
+            Ok(_) => return,
+            Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
+        }
     }
     {
         let mut drivers = world.drivers.lock();
