@@ -138,6 +138,18 @@ impl SimClock {
         self.time.elapsed()
     }
 
+    /// `tokio::time::sleep_until` (madsim's) on the time handle held here: the same sleep, without first looking the
+    /// runtime up and cloning its handle (two `Arc`s, cloned and dropped again: four atomic instructions per sleep,
+    /// `scripts/atomics`).
+    fn sleep_until(&self, deadline: tokio::time::Instant) -> madsim::time::Sleep {
+        self.time.sleep_until(deadline)
+    }
+
+    /// `tokio::time::sleep`, likewise.
+    fn sleep(&self, duration: Duration) -> madsim::time::Sleep {
+        self.time.sleep(duration)
+    }
+
     /// The simulated milliseconds at runtime elapsed time `elapsed`.
     fn ms_at(&self, elapsed: Duration) -> u64 {
         self.epoch_ms + (elapsed - self.start).as_millis() as u64
@@ -378,15 +390,13 @@ fn record_event(trace: &mut Trace, now: u64, worker: u32, event: &Event<'_>) -> 
 /// A fake as one worker sees it: through a network that can be cut.
 struct WorkerLink {
     inner: Arc<dyn Fake>,
-    /// The connector's action names, shared by every request that travels (see [`Sent`]).
-    action_names: Vec<Arc<str>>,
     worker: u32,
     world: Arc<Shared>,
 }
 
 /// A request as it travels: owned, so the fake can serve it whatever happens to the sender.
 struct Sent {
-    action: Arc<str>,
+    action: SentAction,
     inputs: Arc<serde_json::Value>,
     key: Key,
     /// Inline up to 24 bytes: a generated run's id costs no heap block per call.
@@ -394,11 +404,19 @@ struct Sent {
     attempt: u32,
 }
 
+/// A travelling request's action: one of its fake's (every request the engine sends), named by its place in the fake's
+/// actions, so a request copies no name (an `Arc`'s clone and drop were two atomic instructions); any other is kept.
+enum SentAction {
+    Fakes(usize),
+    Other(Box<str>),
+}
+
 impl Sent {
-    fn of(request: &Request<'_>, action_names: &[Arc<str>]) -> Self {
-        let action = match action_names.iter().find(|name| ***name == *request.action) {
-            Some(name) => name.clone(),
-            None => request.action.into(),
+    /// `request` as it travels to `fake`.
+    fn of(request: &Request<'_>, fake: &dyn Fake) -> Self {
+        let action = match fake.actions().iter().position(|spec| spec.name == request.action) {
+            Some(index) => SentAction::Fakes(index),
+            None => SentAction::Other(request.action.into()),
         };
         Sent {
             action,
@@ -409,9 +427,13 @@ impl Sent {
         }
     }
 
-    fn request(&self) -> Request<'_> {
+    /// The request as `fake`, the one it was sent to, reads it.
+    fn request<'a>(&'a self, fake: &'a dyn Fake) -> Request<'a> {
         Request {
-            action: &self.action,
+            action: match &self.action {
+                SentAction::Fakes(index) => &fake.actions()[*index].name,
+                SentAction::Other(name) => name,
+            },
             inputs: &self.inputs,
             key: &self.key,
             run_id: &self.run_id,
@@ -527,9 +549,9 @@ impl Network {
             // A sender that died meanwhile abandoned its slot: the request is served all the same.
             let at = at_ms(arrival);
             let answered = if lookup {
-                Answered::Lookup(fake.serve_lookup(&sent.request(), &draws, at))
+                Answered::Lookup(fake.serve_lookup(&sent.request(&*fake), &draws, at))
             } else {
-                Answered::Call(fake.serve_call(&sent.request(), &draws, at))
+                Answered::Call(fake.serve_call(&sent.request(&*fake), &draws, at))
             };
             self.answer(slot, answered);
         }
@@ -605,8 +627,7 @@ impl Drop for Awaiting<'_> {
 
 impl WorkerLink {
     fn new(inner: Arc<dyn Fake>, worker: u32, world: Arc<Shared>) -> Self {
-        let action_names = inner.actions().iter().map(|spec| Arc::from(spec.name.as_str())).collect();
-        WorkerLink { inner, action_names, worker, world }
+        WorkerLink { inner, worker, world }
     }
 
     /// Whether this worker's network is cut now. Asked twice per call and lookup: without a lock, and without the
@@ -631,11 +652,11 @@ impl WorkerLink {
         let clock = &self.world.monitor.clock;
         let arrival = clock.elapsed() + Duration::from_millis(draws.request_ms);
         let answered = clock.instant_at(arrival + Duration::from_millis(self.inner.wait_ms(&draws)));
-        let sent = Sent::of(request, &self.action_names);
+        let sent = Sent::of(request, &*self.inner);
         let network = &self.world.network;
         let slot = network.send(arrival, InFlight { fake: self.inner.clone(), sent, draws, lookup });
         let awaiting = Awaiting { network, slot, taken: false };
-        tokio::time::sleep_until(answered).await;
+        clock.sleep_until(answered).await;
         // The request arrived by now: served here unless something else served it first.
         self.world.settle();
         awaiting.take()
@@ -1227,7 +1248,7 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
         }
         let gap_ms = rng.exponential(1000.0 / knobs.run_rate_per_s);
         if gap_ms >= 1.0 {
-            tokio::time::sleep(Duration::from_millis(gap_ms as u64)).await;
+            world.monitor.clock.sleep(Duration::from_millis(gap_ms as u64)).await;
         }
         let mut pick = rng.unit_f64() * total;
         let mut workflow = mix[mix.len() - 1].0.as_str();
@@ -1316,7 +1337,7 @@ fn start_change(
         let event = event.clone();
         let workflow = workflow.to_owned();
         supervisor.spawn(async move {
-            tokio::time::sleep(Duration::from_millis(delivery.offset_ms)).await;
+            world.monitor.clock.sleep(Duration::from_millis(delivery.offset_ms)).await;
             deliver(&world, &api, &workflow, &event, &delivery);
         });
     }
@@ -1760,8 +1781,10 @@ mod tests {
             run_id: "run-1",
             attempt: 1,
         };
-        network
-            .send(at, InFlight { fake: fake.clone(), sent: Sent::of(&request, &[]), draws: fake.draw(), lookup: false })
+        network.send(
+            at,
+            InFlight { fake: fake.clone(), sent: Sent::of(&request, &**fake), draws: fake.draw(), lookup: false },
+        )
     }
 
     /// Serves what has arrived by `now_ms`, each request at its arrival in whole milliseconds.
