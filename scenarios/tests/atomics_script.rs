@@ -5,36 +5,13 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::{Output, path_str, temp_dir};
+use common::{Output, executable, path_str, temp_dir};
 
 /// Runs the real script with `python3`, with `bin` first on `PATH`.
 fn atomics(bin: &Path, args: &[&str]) -> Output {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/atomics");
-    let path = format!("{}:{}", path_str(bin), std::env::var("PATH").unwrap_or_default());
-    let output = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .env("PATH", path)
-        .output()
-        .expect("python3 runs scripts/atomics");
-    let out = Output {
-        code: output.status.code().expect("scripts/atomics exits with a code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
-    assert!(!out.stderr.contains("Traceback"), "scripts/atomics crashed:\n{}", out.stderr);
-    out
-}
-
-fn executable(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write a stub");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("make a stub executable");
-    path
+    common::python_script("atomics", args, Some(bin))
 }
 
 /// Atomic: `lock` at 0x1000 and 0x100b, `xchg` with memory at 0x1007. Not: the `mov`, the `xchg` of two registers.

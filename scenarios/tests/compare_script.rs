@@ -6,33 +6,15 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::{Output, path_str, temp_dir};
+use common::{Output, executable, path_str, temp_dir};
 
 const HASH: &str = "9f2c4e61d0b83a57c1e9f04b6a2d7c3e8b5f1a0d4c6e92b7f3a8d1c5e0b4a697";
 const OTHER_HASH: &str = "0b4a6979f2c4e61d0b83a57c1e9f04b6a2d7c3e8b5f1a0d4c6e92b7f3a8d1c5e";
 
 /// Runs the real script with `python3`.
 fn compare(args: &[&str]) -> Output {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/compare");
-    let output = Command::new("python3").arg(script).args(args).output().expect("python3 runs scripts/compare");
-    let out = Output {
-        code: output.status.code().expect("scripts/compare exits with a code"),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    };
-    // An uncaught Python exception also exits 1; every outcome tested here is one the script means.
-    assert!(!out.stderr.contains("Traceback"), "scripts/compare crashed:\n{}", out.stderr);
-    out
-}
-
-/// Writes an executable shell script `dir/name` with `body` after the shebang.
-fn executable(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("write a stub");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("make a stub executable");
-    path
+    common::python_script("compare", args, None)
 }
 
 /// A stub flowsim that appends its arguments to `dir/name.args`, exits 3 unless called as `run --steps N ...`, and
