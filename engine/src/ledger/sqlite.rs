@@ -833,27 +833,24 @@ impl Ledger for SqliteLedger {
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         self.write_one(|conn| {
             let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
-            let update = |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values));
+            let update =
+                |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values)).map_err(storage);
             // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
             // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
             // second sets every column: when the first finds the run not unfinished, the two together write what the
             // second alone would.
+            const STAYS: &str =
+                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1";
+            const ENTERS: &str =
+                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1";
+            const LEAVES: &str =
+                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1";
             let updated = match unfinished_column(status) {
-                Some(_) => match update(
-                    "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1",
-                )
-                .map_err(storage)?
-                {
-                    0 => update(
-                        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1",
-                    )
-                    .map_err(storage)?,
+                Some(_) => match update(STAYS)? {
+                    0 => update(ENTERS)?,
                     n => n,
                 },
-                None => update(
-                    "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1",
-                )
-                .map_err(storage)?,
+                None => update(LEAVES)?,
             };
             if updated == 0 {
                 return Err(Error::NotFound { what: format!("run {run_id}") });
