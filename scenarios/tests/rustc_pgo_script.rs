@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Scratch, path_str, temp_dir};
+use common::{Scratch, executable, path_str, temp_dir};
 
 const COMMIT: &str = "59807616e1fa2540724bfbac14d7976d7e4a3860";
 
@@ -30,17 +29,14 @@ fn checkout(name: &str, profile: bool, commit: &str) -> (Scratch, PathBuf) {
         std::fs::write(dir.join("pgo/flowsim.profdata"), b"stands in for a profile").expect("a profile");
         std::fs::write(dir.join("pgo/rustc-commit"), format!("{COMMIT}\n")).expect("its rustc");
     }
-    let rustc = dir.join("rustc");
-    std::fs::write(
-        &rustc,
-        format!(
-            "#!/bin/sh\n\
-             if [ \"$1\" = -vV ]; then echo 'rustc 1.95.0'; echo 'commit-hash: {commit}'; exit 0; fi\n\
+    let rustc = executable(
+        &dir,
+        "rustc",
+        &format!(
+            "if [ \"$1\" = -vV ]; then echo 'rustc 1.95.0'; echo 'commit-hash: {commit}'; exit 0; fi\n\
              printf '%s\\n' \"$@\"\n"
         ),
-    )
-    .expect("a stub rustc");
-    std::fs::set_permissions(&rustc, std::fs::Permissions::from_mode(0o755)).expect("make the stub executable");
+    );
     (dir, rustc)
 }
 
