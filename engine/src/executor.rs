@@ -203,8 +203,47 @@ enum Trigger<'a> {
     /// The caller's copy, used when it is the stored document ([`is_stored_document`]); parsed from the ledger
     /// otherwise.
     Known(&'a Value),
+    /// The caller's copy with its canonical bytes, used when those are the stored bytes; parsed from the ledger
+    /// otherwise.
+    Canonical(&'a KnownTrigger),
     /// An edited trigger, for this drive only ([`Engine::replay`]).
     Edited(&'a Value),
+}
+
+/// A run's trigger together with its canonical bytes, written once: [`Engine::create_run_known`] stores those bytes,
+/// and [`Engine::drive_known_trigger`] compares them with the stored ones instead of writing the document again (as
+/// [`Engine::drive_known`] must). The bytes are always this document's, since only [`KnownTrigger::new`] makes one.
+#[derive(Debug, Clone)]
+pub struct KnownTrigger {
+    document: Arc<Value>,
+    canonical: Vec<u8>,
+    /// Whether parsing `canonical` gives `document` back ([`reads_back`]).
+    reads_back: bool,
+}
+
+impl KnownTrigger {
+    /// Writes the canonical form of `document`; fails as [`canonical::to_vec`] does.
+    pub fn new(document: Arc<Value>) -> Result<Self, canonical::Error> {
+        let canonical = canonical::to_vec(&document)?;
+        let reads_back = reads_back(&document);
+        Ok(Self { document, canonical, reads_back })
+    }
+
+    /// The document.
+    pub fn document(&self) -> &Arc<Value> {
+        &self.document
+    }
+
+    /// Its RFC 8785 canonical bytes, as the ledger stores a run's trigger.
+    pub fn canonical(&self) -> &[u8] {
+        &self.canonical
+    }
+
+    /// Whether this is the document whose canonical bytes are `stored`, exactly as parsing `stored` gives it back
+    /// (see [`is_stored_document`]).
+    fn is_stored(&self, stored: &[u8]) -> bool {
+        self.reads_back && self.canonical == stored
+    }
 }
 
 /// Whether `trigger` is the document whose canonical bytes are `stored`, exactly as parsing `stored` gives it back:
@@ -518,10 +557,22 @@ impl Engine {
 
     /// Creates run `run_id` of `workflow` (pending) unless it exists; returns whether it created it.
     pub fn create_run(&self, workflow: &str, run_id: &str, trigger: &Value) -> Result<bool, Error> {
-        if !self.workflows.contains_key(workflow) {
-            return Err(Error::UnknownWorkflow(workflow.to_string()));
-        }
-        let trigger = canonical::to_vec(trigger).map_err(Error::Trigger)?;
+        self.known_workflow(workflow)?;
+        self.insert_run(workflow, run_id, canonical::to_vec(trigger).map_err(Error::Trigger)?)
+    }
+
+    /// [`Engine::create_run`] with a trigger whose canonical bytes are written already.
+    pub fn create_run_known(&self, workflow: &str, run_id: &str, trigger: &KnownTrigger) -> Result<bool, Error> {
+        self.known_workflow(workflow)?;
+        self.insert_run(workflow, run_id, trigger.canonical.clone())
+    }
+
+    fn known_workflow(&self, workflow: &str) -> Result<(), Error> {
+        if self.workflows.contains_key(workflow) { Ok(()) } else { Err(Error::UnknownWorkflow(workflow.to_string())) }
+    }
+
+    /// Creates the pending run with the trigger's canonical bytes, unless it exists.
+    fn insert_run(&self, workflow: &str, run_id: &str, trigger: Vec<u8>) -> Result<bool, Error> {
         let now_ms = self.clock.now_ms();
         let run = RunRecord {
             run_id: run_id.to_string(),
@@ -552,6 +603,12 @@ impl Engine {
     /// the stored trigger is used, as by [`Engine::drive`]: the result is the same either way.
     pub async fn drive_known(&self, run_id: &str, trigger: &Value) -> Result<RunStatus, Error> {
         self.drive_with(run_id, Trigger::Known(trigger)).await
+    }
+
+    /// [`Engine::drive_known`] with the trigger's canonical bytes written already ([`KnownTrigger`]): whether it is
+    /// the stored document is a comparison of bytes, with nothing written.
+    pub async fn drive_known_trigger(&self, run_id: &str, trigger: &KnownTrigger) -> Result<RunStatus, Error> {
+        self.drive_with(run_id, Trigger::Canonical(trigger)).await
     }
 
     /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
@@ -676,7 +733,7 @@ impl Engine {
     async fn drive_with(&self, run_id: &str, given: Trigger<'_>) -> Result<RunStatus, Error> {
         let edited_trigger = match given {
             Trigger::Edited(trigger) => Some(trigger),
-            Trigger::Stored | Trigger::Known(_) => None,
+            Trigger::Stored | Trigger::Known(_) | Trigger::Canonical(_) => None,
         };
         let walking = edited_trigger.is_some();
         // Read in place: the status, the compiled workflow and (unless the run ends here, an edited trigger replaces
@@ -687,10 +744,12 @@ impl Engine {
             read = run.map(|run| {
                 let ends_here =
                     !walking && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused);
-                if let Trigger::Known(known) = given
-                    && !ends_here
-                {
-                    known_is_stored = is_stored_document(known, &run.trigger);
+                if !ends_here {
+                    known_is_stored = match given {
+                        Trigger::Known(known) => is_stored_document(known, &run.trigger),
+                        Trigger::Canonical(known) => known.is_stored(&run.trigger),
+                        Trigger::Stored | Trigger::Edited(_) => false,
+                    };
                 }
                 let trigger =
                     (!ends_here && !walking && !known_is_stored).then(|| serde_json::from_slice::<Value>(&run.trigger));
@@ -703,6 +762,7 @@ impl Engine {
         // The trigger this drive uses without parsing: an edited one, or the caller's copy of the stored one.
         let held_trigger = match given {
             Trigger::Known(known) if known_is_stored => Some(known),
+            Trigger::Canonical(known) if known_is_stored => Some(&**known.document()),
             _ => edited_trigger,
         };
         let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
@@ -1362,6 +1422,33 @@ mod tests {
         // Numbers a parse reads back as themselves: fractions, and integers up to 2^53 - 1.
         let numbers = json!({"x": 0.25, "y": -1.5e-7, "z": 9_007_199_254_740_991_u64});
         assert!(is_stored_document(&numbers, &stored(&numbers)));
+    }
+
+    #[test]
+    fn a_known_trigger_stands_for_the_stored_one_exactly_when_a_held_one_would() {
+        let stored = |v: &Value| canonical::to_vec(v).expect("canonical");
+        let known = |v: Value| KnownTrigger::new(Arc::new(v)).expect("canonical");
+        let documents = [
+            json!({"email": "a@example.com", "amount": 5, "tags": ["x", -3, 1.5], "ok": true, "n": null}),
+            json!({"amount": 2.0}),
+            json!({"x": -0.0}),
+            json!({"x": 0.25, "y": -1.5e-7, "z": 9_007_199_254_740_991_u64}),
+            json!({"\u{e000}": 1, "\u{10000}": 2, "a\"b": "\n"}),
+        ];
+        for document in &documents {
+            let held = known(document.clone());
+            assert_eq!(held.canonical(), stored(document), "{document}");
+            assert_eq!(**held.document(), *document);
+            for other in &documents {
+                assert_eq!(held.is_stored(&stored(other)), is_stored_document(document, &stored(other)), "{document}");
+            }
+            assert!(!held.is_stored(b"not json"));
+        }
+        assert!(known(json!({"amount": 5})).is_stored(&stored(&json!({"amount": 5}))));
+        assert!(!known(json!({"amount": 2.0})).is_stored(b"{\"amount\":2}"), "2.0 reads back as the integer 2");
+        // A document with no canonical form (nested too deep) is refused, as `create_run` refuses it.
+        let deep = (0..=canonical::DEPTH_MAX).fold(json!(1), |inner, _| json!([inner]));
+        assert!(matches!(KnownTrigger::new(Arc::new(deep)), Err(canonical::Error::TooDeep { .. })));
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use engine::connector::{ActionSpec, Connector};
 use engine::event::CrashPoint;
-use engine::executor::{Engine, Error, Policy};
+use engine::executor::{Engine, Error, KnownTrigger, Policy};
 use engine::key;
 use engine::ledger::{Ledger, Resolution, RunStatus, Status};
 use serde_json::json;
@@ -368,6 +368,40 @@ async fn a_drive_uses_the_callers_trigger_only_when_it_is_the_stored_one() {
     assert!(sent[1].is_u64(), "the stored `2`, not the caller's 2.0");
     // A finished run is returned as it is, whatever trigger the caller holds.
     assert_eq!(engine.drive_known("r3", &json!({"amount": 8})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 3);
+}
+
+#[tokio::test]
+async fn a_known_trigger_is_stored_as_written_and_used_only_when_it_is_the_stored_one() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "api.charge", "inputs": {"amount": "{{trigger.amount}}"}}
+    ]});
+    let ledger = memory_ledger();
+    let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    let known = |v: serde_json::Value| KnownTrigger::new(Arc::new(v)).expect("a canonical form");
+    let seven = known(json!({"amount": 7, "note": "é"}));
+    assert!(engine.create_run_known("wf", "r1", &seven).unwrap());
+    assert!(!engine.create_run_known("wf", "r1", &seven).unwrap(), "create_run_known is idempotent");
+    assert!(matches!(engine.create_run_known("missing", "r", &seven), Err(Error::UnknownWorkflow(_))));
+    // The run is stored exactly as `create_run` stores the same document.
+    engine.create_run("wf", "twin", &json!({"amount": 7, "note": "é"})).unwrap();
+    let stored = |run: &str| ledger.get_run(run).unwrap().expect("the run").trigger;
+    assert_eq!(stored("r1"), stored("twin"));
+    assert_eq!(stored("r1"), seven.canonical());
+    assert_eq!(engine.drive_known_trigger("r1", &seven).await.unwrap(), RunStatus::Succeeded);
+    // Another document than the run was created with: the stored trigger is used.
+    engine.create_run("wf", "r2", &json!({"amount": 5})).unwrap();
+    assert_eq!(engine.drive_known_trigger("r2", &known(json!({"amount": 6}))).await.unwrap(), RunStatus::Succeeded);
+    // A float with an integral value is stored as an integer: the drive sends what a parse of the ledger gives.
+    let two = known(json!({"amount": 2.0}));
+    engine.create_run_known("wf", "r3", &two).unwrap();
+    assert_eq!(engine.drive_known_trigger("r3", &two).await.unwrap(), RunStatus::Succeeded);
+    let sent: Vec<serde_json::Value> = connector.effects().iter().map(|e| e.inputs["amount"].clone()).collect();
+    assert_eq!(sent, [json!(7), json!(5), json!(2)]);
+    assert!(sent[2].is_u64(), "the stored `2`, not the caller's 2.0");
+    // A finished run is returned as it is, whatever trigger the caller holds.
+    assert_eq!(engine.drive_known_trigger("r1", &known(json!({"amount": 8}))).await.unwrap(), RunStatus::Succeeded);
     assert_eq!(connector.calls().len(), 3);
 }
 

@@ -18,7 +18,7 @@ use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request, pin_in_place};
 use engine::event::{CrashPoint, Event, Observer};
-use engine::executor::{Engine, EngineConfig, Policy};
+use engine::executor::{Engine, EngineConfig, KnownTrigger, Policy};
 use engine::fastmap::{FastMap, FastSet};
 use engine::key::Key;
 use engine::ledger::{CompactString, Intake, Ledger, Resolution, RunStatus};
@@ -719,8 +719,8 @@ impl Connector for WorkerLink {
 type Driver = (u32, u32);
 
 /// A run for a worker to drive: its id, and its trigger when the sender created the run with it (the drive then
-/// skips parsing the stored trigger; see `Engine::drive_known`).
-type Mail = (String, Option<Arc<serde_json::Value>>);
+/// skips parsing the stored trigger; see `Engine::drive_known_trigger`).
+type Mail = (String, Option<Arc<KnownTrigger>>);
 
 struct Shared {
     config: WorldConfig,
@@ -810,7 +810,7 @@ impl Shared {
 
     /// Hands a run to a worker: its drive starts on the worker's node now if the worker is up and has resumed its
     /// runs; otherwise the run waits in the worker's mailbox for its next incarnation.
-    fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<serde_json::Value>>) {
+    fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<KnownTrigger>>) {
         let live = self.live_workers.lock()[worker as usize].clone();
         match live {
             // A run dispatched with its trigger was created a moment ago, in this same poll (the traffic generator,
@@ -1171,7 +1171,7 @@ fn start_drive(
     world: &Arc<Shared>,
     live: &LiveWorker,
     run_id: String,
-    trigger: Option<Arc<serde_json::Value>>,
+    trigger: Option<Arc<KnownTrigger>>,
     created: bool,
 ) {
     let me = live.me;
@@ -1205,7 +1205,7 @@ fn start_drive(
         // Boxed: the drive's state machine is large, and this task is spawned (and copied) on every restart.
         let drive = pin_in_place(|| async {
             match &trigger {
-                Some(trigger) => engine.drive_known(&run_id, trigger).await,
+                Some(trigger) => engine.drive_known_trigger(&run_id, trigger).await,
                 None => engine.drive(&run_id).await,
             }
         });
@@ -1259,14 +1259,16 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
             }
             pick -= weight;
         }
-        let trigger = workflows::trigger(workflow, index, &mut rng);
+        // Its canonical bytes are written once, for the ledger and for the drive to compare with what it stored.
+        let trigger = KnownTrigger::new(Arc::new(workflows::trigger(workflow, index, &mut rng)))
+            .expect("a generated trigger has a canonical form");
         planned += workflows::expected_writes(&config.profile, workflow);
         world.progress.steps_started.store(planned, Ordering::Relaxed);
         if rng.chance(knobs.webhook_share) {
             start_change(&world, &api, workflow, index, trigger, &mut rng);
         } else {
             let run_id = numbered("run-", index);
-            match api.create_run(workflow, &run_id, &trigger) {
+            match api.create_run_known(workflow, &run_id, &trigger) {
                 Ok(true) => {}
                 Ok(false) => panic!("run id {run_id} was minted twice"),
                 Err(e) => panic!("the engine refused a generated run {run_id}: {e}"),
@@ -1302,7 +1304,7 @@ fn start_change(
     api: &Arc<Engine>,
     workflow: &str,
     index: u64,
-    trigger: serde_json::Value,
+    trigger: KnownTrigger,
     rng: &mut Rng,
 ) {
     let event = WebhookEvent {
@@ -1310,8 +1312,9 @@ fn start_change(
         event_id: numbered("evt_", index),
         object_id: numbered("obj_", index),
         event_type: "customer.updated",
-        payload: Arc::new(trigger),
+        payload: trigger.document().clone(),
     };
+    let trigger = Arc::new(trigger);
     let profile = world.fakes.webhook_profile(WEBHOOK_SOURCE);
     let mut schedule = connectors_fake::webhooks::delivery_schedule(&event, &profile, rng);
     // Now and then a forger sends a delivery with a bad signature: it must be refused and start nothing.
@@ -1335,10 +1338,11 @@ fn start_change(
         let world = world.clone();
         let api = api.clone();
         let event = event.clone();
+        let trigger = trigger.clone();
         let workflow = workflow.to_owned();
         supervisor.spawn(async move {
             world.monitor.clock.sleep(Duration::from_millis(delivery.offset_ms)).await;
-            deliver(&world, &api, &workflow, &event, &delivery);
+            deliver(&world, &api, &workflow, &event, &trigger, &delivery);
         });
     }
 }
@@ -1348,6 +1352,7 @@ fn deliver(
     api: &Engine,
     workflow: &str,
     event: &WebhookEvent,
+    trigger: &Arc<KnownTrigger>,
     delivery: &connectors_fake::webhooks::Delivery,
 ) {
     let now = world.monitor.clock.now_ms();
@@ -1355,7 +1360,8 @@ fn deliver(
     let mut started = None;
     let reached = !delivery.receiver_fails || world.healed.load(Ordering::Relaxed);
     if reached {
-        let body = serde_json::to_vec(&*event.payload).expect("a JSON value serialises");
+        // The event's payload as its canonical JSON, written once for every delivery of the event.
+        let body = trigger.canonical().to_vec();
         let secret: &[u8] = if forged { b"not-the-secret" } else { WEBHOOK_SECRET };
         let incoming = engine::webhook::Incoming {
             // `String::from(&str)`: a `CompactString`'s `to_string` goes through the formatting machinery.
@@ -1374,14 +1380,14 @@ fn deliver(
                 }
                 world.runs_in_flight.fetch_add(1, Ordering::Relaxed);
                 let worker = world.assigned_worker(&run_id);
-                // The run's trigger is the event's body, which the world holds parsed.
-                world.dispatch(&run_id, worker, Some(event.payload.clone()));
+                // The run's trigger is the event's body, which the world holds parsed with its canonical bytes.
+                world.dispatch(&run_id, worker, Some(trigger.clone()));
                 started = Some(run_id);
             }
             Ok(Intake::Duplicate { .. }) => {}
             Err(engine::webhook::Error::Halted) => {
                 // The endpoint crashed before writing anything: the sender sees an error and redelivers later.
-                redeliver(world, workflow, event, delivery);
+                redeliver(world, workflow, event, trigger, delivery);
             }
             Err(e) if forged && e.is_rejection() => {}
             Err(e) => {
@@ -1424,6 +1430,7 @@ fn redeliver(
     world: &Arc<Shared>,
     workflow: &str,
     event: &WebhookEvent,
+    trigger: &Arc<KnownTrigger>,
     delivery: &connectors_fake::webhooks::Delivery,
 ) {
     let backoff_ms = world.fakes.webhook_profile(WEBHOOK_SOURCE).redelivery_backoff_ms_base.max(1_000);
@@ -1433,12 +1440,13 @@ fn redeliver(
     let again = connectors_fake::webhooks::Delivery { attempt: delivery.attempt + 1, ..delivery.clone() };
     let world2 = world.clone();
     let event = event.clone();
+    let trigger = trigger.clone();
     let workflow = workflow.to_owned();
     let supervisor = world.supervisor.lock().clone().expect("the supervisor node exists");
     supervisor.spawn(async move {
         tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
         let api = world2.api.lock().clone().expect("the front door exists");
-        deliver(&world2, &api, &workflow, &event, &again);
+        deliver(&world2, &api, &workflow, &event, &trigger, &again);
     });
 }
 
