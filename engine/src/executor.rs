@@ -205,9 +205,26 @@ enum Trigger<'a> {
     Known(&'a Value),
     /// The caller's copy with its canonical bytes, used when those are the stored bytes; parsed from the ledger
     /// otherwise.
-    Canonical(&'a KnownTrigger),
+    Canonical(Held<'a>),
     /// An edited trigger, for this drive only ([`Engine::replay`]).
     Edited(&'a Value),
+}
+
+/// A caller's trigger with its canonical bytes, written once ([`KnownTrigger`]'s, or [`Engine::start_run`]'s).
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    document: &'a Value,
+    canonical: &'a [u8],
+    /// Whether parsing `canonical` gives `document` back ([`reads_back`]).
+    reads_back: bool,
+}
+
+impl Held<'_> {
+    /// Whether this is the document whose canonical bytes are `stored`, exactly as parsing `stored` gives it back
+    /// (what [`is_stored_document`] decides, with the bytes written already).
+    fn is_stored(&self, stored: &[u8]) -> bool {
+        self.reads_back && self.canonical == stored
+    }
 }
 
 /// A run's trigger together with its canonical bytes, written once: [`Engine::create_run_known`] stores those bytes,
@@ -239,10 +256,8 @@ impl KnownTrigger {
         &self.canonical
     }
 
-    /// Whether this is the document whose canonical bytes are `stored`, exactly as parsing `stored` gives it back
-    /// (see [`is_stored_document`]).
-    fn is_stored(&self, stored: &[u8]) -> bool {
-        self.reads_back && self.canonical == stored
+    fn held(&self) -> Held<'_> {
+        Held { document: &self.document, canonical: &self.canonical, reads_back: self.reads_back }
     }
 }
 
@@ -586,10 +601,14 @@ impl Engine {
         Ok(self.ledger.create_run(run)?)
     }
 
-    /// Creates the run (unless it exists) and drives it.
+    /// Creates the run (unless it exists) and drives it. The trigger's canonical form is written once, for the ledger
+    /// and to check that the run's stored trigger is this one (a run that existed may hold another).
     pub async fn start_run(&self, workflow: &str, run_id: &str, trigger: &Value) -> Result<RunStatus, Error> {
-        self.create_run(workflow, run_id, trigger)?;
-        self.drive_known(run_id, trigger).await
+        self.known_workflow(workflow)?;
+        let canonical = canonical::to_vec(trigger).map_err(Error::Trigger)?;
+        self.insert_run(workflow, run_id, canonical.clone())?;
+        let held = Held { document: trigger, canonical: &canonical, reads_back: reads_back(trigger) };
+        self.drive_with(run_id, Trigger::Canonical(held)).await
     }
 
     /// Drives a run until it succeeds, fails or pauses. A finished or paused run is returned as it is.
@@ -608,7 +627,7 @@ impl Engine {
     /// [`Engine::drive_known`] with the trigger's canonical bytes written already ([`KnownTrigger`]): whether it is
     /// the stored document is a comparison of bytes, with nothing written.
     pub async fn drive_known_trigger(&self, run_id: &str, trigger: &KnownTrigger) -> Result<RunStatus, Error> {
-        self.drive_with(run_id, Trigger::Canonical(trigger)).await
+        self.drive_with(run_id, Trigger::Canonical(trigger.held())).await
     }
 
     /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
@@ -747,7 +766,7 @@ impl Engine {
                 if !ends_here {
                     known_is_stored = match given {
                         Trigger::Known(known) => is_stored_document(known, &run.trigger),
-                        Trigger::Canonical(known) => known.is_stored(&run.trigger),
+                        Trigger::Canonical(held) => held.is_stored(&run.trigger),
                         Trigger::Stored | Trigger::Edited(_) => false,
                     };
                 }
@@ -762,7 +781,7 @@ impl Engine {
         // The trigger this drive uses without parsing: an edited one, or the caller's copy of the stored one.
         let held_trigger = match given {
             Trigger::Known(known) if known_is_stored => Some(known),
-            Trigger::Canonical(known) if known_is_stored => Some(&**known.document()),
+            Trigger::Canonical(held) if known_is_stored => Some(held.document),
             _ => edited_trigger,
         };
         let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
@@ -1436,16 +1455,18 @@ mod tests {
             json!({"\u{e000}": 1, "\u{10000}": 2, "a\"b": "\n"}),
         ];
         for document in &documents {
-            let held = known(document.clone());
-            assert_eq!(held.canonical(), stored(document), "{document}");
-            assert_eq!(**held.document(), *document);
+            let trigger = known(document.clone());
+            assert_eq!(trigger.canonical(), stored(document), "{document}");
+            assert_eq!(**trigger.document(), *document);
+            let held = trigger.held();
             for other in &documents {
-                assert_eq!(held.is_stored(&stored(other)), is_stored_document(document, &stored(other)), "{document}");
+                let expected = is_stored_document(document, &stored(other));
+                assert_eq!(held.is_stored(&stored(other)), expected, "{document} against {other}");
             }
             assert!(!held.is_stored(b"not json"));
         }
-        assert!(known(json!({"amount": 5})).is_stored(&stored(&json!({"amount": 5}))));
-        assert!(!known(json!({"amount": 2.0})).is_stored(b"{\"amount\":2}"), "2.0 reads back as the integer 2");
+        assert!(known(json!({"amount": 5})).held().is_stored(&stored(&json!({"amount": 5}))));
+        assert!(!known(json!({"amount": 2.0})).held().is_stored(b"{\"amount\":2}"), "2.0 reads back as the integer 2");
         // A document with no canonical form (nested too deep) is refused, as `create_run` refuses it.
         let deep = (0..=canonical::DEPTH_MAX).fold(json!(1), |inner, _| json!([inner]));
         assert!(matches!(KnownTrigger::new(Arc::new(deep)), Err(canonical::Error::TooDeep { .. })));

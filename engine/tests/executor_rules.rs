@@ -397,12 +397,17 @@ async fn a_known_trigger_is_stored_as_written_and_used_only_when_it_is_the_store
     let two = known(json!({"amount": 2.0}));
     engine.create_run_known("wf", "r3", &two).unwrap();
     assert_eq!(engine.drive_known_trigger("r3", &two).await.unwrap(), RunStatus::Succeeded);
+    // `start_run` writes its trigger once, for both: a run that existed with another trigger runs with its own.
+    engine.create_run("wf", "r4", &json!({"amount": 9})).unwrap();
+    assert_eq!(engine.start_run("wf", "r4", &json!({"amount": 10})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.start_run("wf", "r5", &json!({"amount": 3.0})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(stored("r5"), b"{\"amount\":3}");
     let sent: Vec<serde_json::Value> = connector.effects().iter().map(|e| e.inputs["amount"].clone()).collect();
-    assert_eq!(sent, [json!(7), json!(5), json!(2)]);
-    assert!(sent[2].is_u64(), "the stored `2`, not the caller's 2.0");
+    assert_eq!(sent, [json!(7), json!(5), json!(2), json!(9), json!(3)]);
+    assert!(sent[2].is_u64() && sent[4].is_u64(), "the stored integers, not the callers' floats");
     // A finished run is returned as it is, whatever trigger the caller holds.
     assert_eq!(engine.drive_known_trigger("r1", &known(json!({"amount": 8}))).await.unwrap(), RunStatus::Succeeded);
-    assert_eq!(connector.calls().len(), 3);
+    assert_eq!(connector.calls().len(), 5);
 }
 
 #[tokio::test]
