@@ -76,7 +76,8 @@ pub struct Results {
     /// Step executions that reached a connector action (one per key).
     pub steps: u64,
     pub runs: u64,
-    /// blake3 over the ordered event log, lowercase hex. A merge joins the shards' hashes in order.
+    /// 128-bit XXH3 over the ordered event log (`trace::Trace`), lowercase hex. A merge joins the shards' hashes in
+    /// order.
     pub trace_hash: String,
     pub effects: u64,
     pub duplicates: Duplicates,
