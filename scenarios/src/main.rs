@@ -7,5 +7,6 @@
 static ALLOCATOR: flow_alloc::Allocator = flow_alloc::Allocator;
 
 fn main() {
+    flow_alloc::keep_freed_memory();
     std::process::exit(scenarios::cli::main());
 }
