@@ -46,12 +46,17 @@ pub const PURGE_DELAY_VARIABLE: &str = "MIMALLOC_PURGE_DELAY";
 /// zeroes 2 MiB: 5–9 % of a native profile, as system time. Keeping them costs resident memory only up to the peak
 /// the process reaches anyway (docs/speed.md, stop 34).
 pub fn keep_freed_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os(PURGE_DELAY_VARIABLE).is_some() {
         return;
     }
-    // SAFETY: sets one of mimalloc's options, which it reads whenever it considers purging; called before the
-    // program starts any thread (mimalloc's option setters are not synchronised).
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    ONCE.call_once(|| {
+        // SAFETY: sets one of mimalloc's options, a machine word that mimalloc reads whenever it considers purging.
+        // Its setters are not synchronised: the `Once` keeps calls of this function from racing each other, and
+        // `main` calls it before starting any thread, so no read of mimalloc's races it either (the same pattern as
+        // mimalloc's own lazy initialisation of its options from whichever thread reads one first).
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    });
 }
 
 /// Gives the bundled SQLite (the ledger's) mimalloc for its memory instead of the C library's `malloc`. Call it in
@@ -83,8 +88,9 @@ pub fn sqlite_on_mimalloc() -> Result<(), i32> {
         unsafe { libmimalloc_sys::mi_usable_size(block) }.min(c_int::MAX as usize) as c_int
     }
     unsafe extern "C" fn roundup(size: c_int) -> c_int {
-        // SQLite's own allocator rounds to 8 bytes too.
-        (size + 7) & !7
+        // SQLite's own allocator rounds to 8 bytes too (it never asks near `c_int::MAX`; saturating keeps a panic,
+        // which cannot unwind out of an `extern "C"` function, out of it anyway).
+        size.saturating_add(7) & !7
     }
     unsafe extern "C" fn init(_: *mut c_void) -> c_int {
         ffi::SQLITE_OK
@@ -310,6 +316,8 @@ mod tests {
 
     #[test]
     fn sqlite_takes_mimalloc_before_it_starts_and_refuses_it_after() {
+        // No other test of this crate uses SQLite, so it has not started in this process (nextest runs each test in
+        // a process of its own anyway).
         sqlite_on_mimalloc().expect("SQLite has not started in this test");
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (k BLOB PRIMARY KEY, v TEXT); INSERT INTO t VALUES (x'01', 'one');")
