@@ -1133,12 +1133,12 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
         orphans
     };
     for run_id in orphans {
-        let run =
-            world.ledger.get_run(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
-        match run {
-            Some(r) if r.status.is_terminal() || r.status == RunStatus::Paused => {
+        let status =
+            world.ledger.run_status(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
+        match status {
+            Some(status) if status.is_terminal() || status == RunStatus::Paused => {
                 world.drivers.lock().remove(run_id.as_str());
-                world.finish_run(&run_id, r.status);
+                world.finish_run(&run_id, status);
             }
             Some(_) => start_drive(&world, &this, run_id, None, Known::Drivable),
             None => {
