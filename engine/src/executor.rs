@@ -761,8 +761,7 @@ impl Engine {
         let mut known_is_stored = false;
         self.ledger.inspect_run(run_id, &mut |run| {
             read = run.map(|run| {
-                let ends_here =
-                    !walking && matches!(run.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused);
+                let ends_here = !walking && !run.status.is_unfinished();
                 if !ends_here {
                     known_is_stored = match given {
                         Trigger::Known(known) => is_stored_document(known, &run.trigger),

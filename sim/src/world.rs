@@ -981,7 +981,7 @@ impl Shared {
                     }
                 }
             };
-        if status.is_terminal() || status == RunStatus::Paused {
+        if !status.is_unfinished() {
             self.driver_gone(self.person_desk(), &run_id, status);
         } else {
             self.dispatch(&run_id, self.assigned_worker(&run_id), None);
@@ -1136,7 +1136,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
         let status =
             world.ledger.run_status(&run_id).unwrap_or_else(|e| panic!("the ledger failed reading run {run_id}: {e}"));
         match status {
-            Some(status) if status.is_terminal() || status == RunStatus::Paused => {
+            Some(status) if !status.is_unfinished() => {
                 world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, status);
             }
@@ -1190,17 +1190,16 @@ fn start_drive(
     let me = live.me;
     // Finished runs are forgotten; a late dispatch of one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
-    let drivable = |status: RunStatus| !status.is_terminal() && status != RunStatus::Paused;
     match known {
         Known::Created => {
             debug_assert_eq!(world.ledger.run_status(&run_id).ok().flatten(), Some(RunStatus::Pending), "{run_id}")
         }
         Known::Drivable => debug_assert!(
-            world.ledger.run_status(&run_id).ok().flatten().is_some_and(drivable),
+            world.ledger.run_status(&run_id).ok().flatten().is_some_and(RunStatus::is_unfinished),
             "{run_id} was read as drivable in this poll"
         ),
         Known::Nothing => match world.ledger.run_status(&run_id) {
-            Ok(Some(status)) if drivable(status) => {}
+            Ok(Some(status)) if status.is_unfinished() => {}
             Ok(_) => return,
             Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
         },

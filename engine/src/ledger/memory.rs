@@ -219,8 +219,7 @@ impl MemoryLedger {
 
 impl Inner {
     fn set_run_indexes(&mut self, run_id: &str, old: Option<RunStatus>, new: RunStatus) {
-        let unfinished = |status: RunStatus| matches!(status, RunStatus::Pending | RunStatus::Running);
-        if old == Some(new) || (old.is_some_and(unfinished) && unfinished(new)) {
+        if old == Some(new) || (old.is_some_and(RunStatus::is_unfinished) && new.is_unfinished()) {
             return;
         }
         match old {

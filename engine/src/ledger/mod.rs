@@ -174,6 +174,11 @@ impl RunStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, RunStatus::Succeeded | RunStatus::Failed)
     }
+    /// Pending or running: neither finished nor waiting for a person, so a drive can carry it on. The ledgers list
+    /// these runs ([`Ledger::unfinished_runs`]).
+    pub fn is_unfinished(self) -> bool {
+        matches!(self, RunStatus::Pending | RunStatus::Running)
+    }
 }
 
 /// One run.

@@ -614,7 +614,7 @@ fn claimed_durably(conn: &Connection, key: &Key) -> Result<bool> {
 
 /// A run's `unfinished` column: 1 while it is pending or running, NULL otherwise (see version 2 of [`MIGRATIONS`]).
 fn unfinished_column(status: RunStatus) -> Option<i64> {
-    matches!(status, RunStatus::Pending | RunStatus::Running).then_some(1)
+    status.is_unfinished().then_some(1)
 }
 
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
