@@ -1,5 +1,6 @@
 //! The ledger contract: one suite of properties, each a function run against every implementation
-//! (the in-memory ledger, SQLite `:memory:`, SQLite on a file in a temporary directory).
+//! (the in-memory ledger, SQLite `:memory:`, SQLite on a file in a temporary directory, and both SQLite ledgers with
+//! their read cache).
 //!
 //! Errors are compared by their `Debug` text against an expected `Error` value, so a test names the exact error
 //! (kind, key, fences, states) and not merely "some error".
@@ -38,6 +39,24 @@ fn sqlite_file() -> Fixture {
     Fixture { ledger: Box::new(ledger), reopen: Some(Box::new(reopen)), _dir: Some(dir) }
 }
 
+/// SQLite `:memory:` with the read cache: it holds every row, so reads and decisions run on it.
+fn sqlite_memory_cached() -> Fixture {
+    let ledger =
+        SqliteLedger::open_in_memory(Options { cache_entries: 1 << 16, ..Options::default() }).expect("open :memory:");
+    Fixture { ledger: Box::new(ledger), reopen: None, _dir: None }
+}
+
+/// An exclusive SQLite file with a read cache of four records, so that it fills and empties all the time and most
+/// reads fill it from the file: the partial cache's paths.
+fn sqlite_file_cached() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("ledger.sqlite");
+    let options = Options { group_commit_ops_max: 16, exclusive: true, cache_entries: 4, ..Options::default() };
+    let ledger = SqliteLedger::open(&path, options.clone()).expect("open file");
+    let reopen = move || -> Box<dyn Ledger> { Box::new(SqliteLedger::open(&path, options.clone()).expect("reopen")) };
+    Fixture { ledger: Box::new(ledger), reopen: Some(Box::new(reopen)), _dir: Some(dir) }
+}
+
 macro_rules! contract {
     ($($property:ident),* $(,)?) => {
         mod memory {
@@ -48,6 +67,12 @@ macro_rules! contract {
         }
         mod sqlite_file {
             $( #[test] fn $property() { super::$property(super::sqlite_file()) } )*
+        }
+        mod sqlite_memory_cached {
+            $( #[test] fn $property() { super::$property(super::sqlite_memory_cached()) } )*
+        }
+        mod sqlite_file_cached {
+            $( #[test] fn $property() { super::$property(super::sqlite_file_cached()) } )*
         }
     };
 }
@@ -655,6 +680,18 @@ mod sqlite_file_only {
                 conn.query_row(&format!("EXPLAIN QUERY PLAN {sql}"), [], |r| r.get::<_, String>(3)).unwrap();
             assert!(plan.contains(index), "{sql}: {plan}");
         }
+    }
+
+    /// A read cache on a file another connection may write would serve stale records: refused, with the reason.
+    #[test]
+    fn a_cache_on_a_shared_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let err = SqliteLedger::open(&path, Options { cache_entries: 10, ..Options::default() }).unwrap_err();
+        assert!(err.to_string().contains("open it exclusive"), "{err}");
+        assert!(!path.exists(), "nothing was created");
+        let exclusive = Options { cache_entries: 10, exclusive: true, ..Options::default() };
+        SqliteLedger::open(&path, exclusive).expect("an exclusive file may cache");
     }
 
     /// Writes that may wait are lost by a crash unless flushed; durable ones and everything before them are not.

@@ -156,13 +156,22 @@ proptest! {
         let memory = MemoryLedger::new();
         let grouped = SqliteLedger::open_in_memory(Options { group_commit_ops_max: 8, ..Options::default() }).unwrap();
         let single = SqliteLedger::open_in_memory(Options::default()).unwrap();
+        // With the read cache: one that holds every row, and one of three records that keeps filling and emptying.
+        let cached =
+            SqliteLedger::open_in_memory(Options { group_commit_ops_max: 8, cache_entries: 1 << 16, ..Options::default() })
+                .unwrap();
+        let tiny = SqliteLedger::open_in_memory(Options { cache_entries: 3, ..Options::default() }).unwrap();
+        let sqlite: [(&str, &dyn Ledger); 4] =
+            [("grouped", &grouped), ("one-write", &single), ("cached", &cached), ("tiny-cache", &tiny)];
         for (i, op) in ops.iter().enumerate() {
             let m = apply(&memory, op);
-            prop_assert_eq!(&m, &apply(&grouped, op), "grouped SQLite, op {} {:?}", i, op);
-            prop_assert_eq!(&m, &apply(&single, op), "one-write SQLite, op {} {:?}", i, op);
+            for (name, ledger) in sqlite {
+                prop_assert_eq!(&m, &apply(ledger, op), "{} SQLite, op {} {:?}", name, i, op);
+            }
             let expected = state(&memory);
-            prop_assert_eq!(&expected, &state(&grouped), "grouped SQLite, state after op {} {:?}", i, op);
-            prop_assert_eq!(&expected, &state(&single), "one-write SQLite, state after op {} {:?}", i, op);
+            for (name, ledger) in sqlite {
+                prop_assert_eq!(&expected, &state(ledger), "{} SQLite, state after op {} {:?}", name, i, op);
+            }
         }
     }
 }

@@ -55,6 +55,25 @@
 //! a write that reads first begins with `BEGIN IMMEDIATE`, so a claim's read and write are one atomic step across
 //! processes (and a write of one statement is atomic by itself).
 //!
+//! # Read cache
+//! With [`Options::cache_entries`] > 0 the ledger keeps the step and run records it has written or read in memory,
+//! up to that many, and serves reads from them: `get`, `inspect`, `inspect_outcome`, `get_run`, `inspect_run` and
+//! `run_status` run no statement when the record is cached, and a claim, a completion, a renewal or a run's status
+//! change is decided on the cached record and written as one statement, with nothing read first. Every write goes to
+//! SQLite as before, statement by statement, and updates the cached record only after its statement succeeded; a
+//! storage failure empties the cache. `forget_run` drops the run's records from it.
+//! - Only a ledger that no other connection writes may cache: `:memory:`, or a file opened
+//!   [`Options::exclusive`] (SQLite's lock keeps other processes out). [`SqliteLedger::open`] refuses a cache
+//!   otherwise.
+//! - A fresh `:memory:` database is written only through the ledger, so until the cache first fills it holds every
+//!   row, and a key it does not hold is absent: a fresh key's claim is an `INSERT` with nothing read. A file may hold
+//!   rows already, so there a record the cache does not hold is read from SQLite and then kept.
+//! - When it holds `cache_entries` records it is emptied at once, and from then on holds only some rows (the same as
+//!   a file's). A simulation forgets every finished run, so with a large enough `cache_entries` it never fills.
+//! - Debug builds, which the tests run, read SQLite as well at every read the cache serves and assert that the two
+//!   agree; so the simulation's tests still check what SQLite stored, and a release simulation runs no read statement
+//!   for a cached record (stop 35 in `docs/speed.md`).
+//!
 //! # Failures
 //! A storage error while a batch holds earlier writes rolls the whole batch back (SQLite cannot keep a transaction
 //! after some failures) and the ledger refuses every later call with [`Error::Storage`]: the process must reopen it,
@@ -67,12 +86,14 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use smallvec::SmallVec;
 
 use super::transition::{self, ClaimEffect};
 use super::{
     Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result,
     RunRecord, RunStatus, Status, StepOutcome, StepRecord,
 };
+use crate::fastmap::FastMap;
 use crate::key::Key;
 
 /// The schema migrations; entry `i` takes the schema from version `i` to `i + 1`.
@@ -182,11 +203,21 @@ pub struct Options {
     /// Files only: `locking_mode=EXCLUSIVE`, for a ledger one process owns (faster; no other process can read it
     /// while it is open).
     pub exclusive: bool,
+    /// How many step and run records to keep in memory to serve reads without a statement (0 = none; see "Read
+    /// cache" in the module doc). Only for a ledger no other connection writes: `:memory:`, or a file opened
+    /// [`Options::exclusive`]; [`SqliteLedger::open`] refuses it otherwise.
+    pub cache_entries: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { group_commit_ops_max: 0, synchronous: Synchronous::Normal, busy_timeout_ms: 5_000, exclusive: false }
+        Self {
+            group_commit_ops_max: 0,
+            synchronous: Synchronous::Normal,
+            busy_timeout_ms: 5_000,
+            exclusive: false,
+            cache_entries: 0,
+        }
     }
 }
 
@@ -198,6 +229,8 @@ pub struct SqliteLedger {
     /// False for `:memory:` (`journal_mode=OFF`): a failed write cannot be rolled back, and nothing outlives the
     /// process.
     journal: bool,
+    /// Whether the read cache is on ([`Options::cache_entries`] > 0).
+    cached: bool,
 }
 
 #[derive(Debug)]
@@ -207,6 +240,120 @@ struct State {
     batch_ops: usize,
     /// Set when a failure rolled back writes that callers were told had succeeded.
     failed: Option<String>,
+    cache: Cache,
+}
+
+/// What the read cache knows of a row.
+enum Cached<T> {
+    /// The row as stored.
+    Hit(T),
+    /// The cache holds every row, and not this one: it is absent.
+    Absent,
+    /// The cache cannot say (it is off, or holds only some rows): read the database.
+    Unknown,
+}
+
+/// The read cache (see "Read cache" in the module doc): step records (with whether they were claimed durably) and
+/// run records as stored, kept up to date by every write of this ledger. Hash maps, looked up and never iterated.
+#[derive(Debug, Default)]
+struct Cache {
+    /// Most entries (steps and runs together) it holds; 0 = off.
+    capacity: usize,
+    /// Whether it holds every step and run row of the database: a fresh `:memory:` database, nothing dropped since.
+    complete: bool,
+    steps: FastMap<Key, (StepRecord, bool)>,
+    runs: FastMap<String, RunRecord>,
+    /// The cached keys of each run, for `forget_run`.
+    run_keys: FastMap<CompactString, SmallVec<[Key; 4]>>,
+}
+
+impl Cache {
+    fn new(capacity: usize, complete: bool) -> Self {
+        Self { capacity, complete: capacity > 0 && complete, ..Self::default() }
+    }
+
+    fn on(&self) -> bool {
+        self.capacity > 0
+    }
+
+    fn miss<T>(&self) -> Cached<T> {
+        if self.complete { Cached::Absent } else { Cached::Unknown }
+    }
+
+    fn step(&self, key: &Key) -> Cached<&(StepRecord, bool)> {
+        match self.steps.get(key) {
+            Some(entry) => Cached::Hit(entry),
+            None => self.miss(),
+        }
+    }
+
+    fn step_mut(&mut self, key: &Key) -> Cached<&mut (StepRecord, bool)> {
+        let miss = self.miss();
+        match self.steps.get_mut(key) {
+            Some(entry) => Cached::Hit(entry),
+            None => miss,
+        }
+    }
+
+    fn run(&self, run_id: &str) -> Cached<&RunRecord> {
+        match self.runs.get(run_id) {
+            Some(run) => Cached::Hit(run),
+            None => self.miss(),
+        }
+    }
+
+    fn run_mut(&mut self, run_id: &str) -> Cached<&mut RunRecord> {
+        let miss = self.miss();
+        match self.runs.get_mut(run_id) {
+            Some(run) => Cached::Hit(run),
+            None => miss,
+        }
+    }
+
+    /// Drops everything when full: the cache then holds only some rows, and misses read the database. (Dropping all
+    /// at once needs no order of use to be kept, and a simulation, which forgets its finished runs, never fills it.)
+    fn make_room(&mut self) {
+        if self.steps.len() + self.runs.len() >= self.capacity {
+            self.invalidate();
+        }
+    }
+
+    /// Forgets everything it holds; after a failed write, whose effect on the database it cannot know.
+    fn invalidate(&mut self) {
+        self.steps = FastMap::default();
+        self.runs = FastMap::default();
+        self.run_keys = FastMap::default();
+        self.complete = false;
+    }
+
+    /// Keeps a step row as stored (after a write, or a read of the database).
+    fn put_step(&mut self, record: StepRecord, durable: bool) {
+        if !self.on() {
+            return;
+        }
+        self.make_room();
+        let key = record.key;
+        let run_id = record.run_id.clone();
+        if self.steps.insert(key, (record, durable)).is_none() {
+            self.run_keys.entry(run_id).or_default().push(key);
+        }
+    }
+
+    /// Keeps a run row as stored (after a write, or a read of the database).
+    fn put_run(&mut self, run: RunRecord) {
+        if !self.on() {
+            return;
+        }
+        self.make_room();
+        self.runs.insert(run.run_id.clone(), run);
+    }
+
+    fn forget_run(&mut self, run_id: &str) {
+        self.runs.remove(run_id);
+        for key in self.run_keys.remove(run_id).unwrap_or_default() {
+            self.steps.remove(&key);
+        }
+    }
 }
 
 /// Whether a write must be committed before it returns.
@@ -230,6 +377,13 @@ fn corrupt(detail: impl Into<String>) -> Error {
 impl SqliteLedger {
     /// Opens (or creates) the ledger file at `path` in WAL mode, migrating it to [`SCHEMA_VERSION`].
     pub fn open(path: &Path, options: Options) -> Result<Self> {
+        if options.cache_entries > 0 && !options.exclusive {
+            return Err(Error::Storage(format!(
+                "{}: a read cache (cache_entries = {}) needs a ledger no other connection writes: open it exclusive",
+                path.display(),
+                options.cache_entries
+            )));
+        }
         let existed = path.exists();
         let conn = Connection::open(path).map_err(|e| {
             if existed {
@@ -267,7 +421,8 @@ impl SqliteLedger {
         conn.pragma_update(None, "wal_autocheckpoint", 10_000).map_err(storage)?;
         // 64 MiB of page cache (negative = KiB): random 32-byte keys touch pages all over the steps b-tree.
         conn.pragma_update(None, "cache_size", -65_536).map_err(storage)?;
-        Self::finish_open(conn, options, true).map_err(|e| match e {
+        // A file may hold rows already: the cache starts as a cache of some rows, filled as they are read.
+        Self::finish_open(conn, options, true, false).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
             other => other,
         })
@@ -282,18 +437,25 @@ impl SqliteLedger {
         // last-level read misses -5.5 %, writes the same (8 KiB: -1.9 %, -3.2 %; 64 KiB: -1.5 %, -5.9 %, writes +2 %;
         // 1 KiB: +16 %). A file keeps the default, the size of the OS's pages that its writes go out in.
         conn.pragma_update(None, "page_size", 16_384).map_err(storage)?;
-        Self::finish_open(conn, options, false)
+        // A fresh database, written only through this ledger: the cache holds every row until it first fills.
+        Self::finish_open(conn, options, false, true)
     }
 
-    fn finish_open(mut conn: Connection, options: Options, journal: bool) -> Result<Self> {
+    fn finish_open(mut conn: Connection, options: Options, journal: bool, fresh: bool) -> Result<Self> {
         // rusqlite keeps 16 prepared statements by default; the ledger uses more than that, and an evicted statement
         // is parsed and planned again on its next use.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         migrate(&mut conn)?;
         Ok(Self {
-            state: Mutex::new(State { conn, batch_ops: 0, failed: None }),
+            state: Mutex::new(State {
+                conn,
+                batch_ops: 0,
+                failed: None,
+                cache: Cache::new(options.cache_entries, fresh),
+            }),
             group_commit_ops_max: options.group_commit_ops_max,
             journal,
+            cached: options.cache_entries > 0,
         })
     }
 
@@ -313,14 +475,27 @@ impl SqliteLedger {
         f(&state.conn)
     }
 
+    /// Runs a read that may be served by the cache, or fill it.
+    fn read_cached<T>(&self, f: impl FnOnce(&Connection, &mut Cache) -> Result<T>) -> Result<T> {
+        let mut state = self.lock()?;
+        let State { conn, cache, .. } = &mut *state;
+        f(conn, cache)
+    }
+
     /// Runs a write inside the open batch (opening one if needed) and commits per the module doc's rules.
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<(T, Commit)>) -> Result<T> {
+        self.write_cached(|conn, _| f(conn))
+    }
+
+    /// [`SqliteLedger::write`] with the cache, which `f` keeps up to date with what it writes.
+    fn write_cached<T>(&self, f: impl FnOnce(&Connection, &mut Cache) -> Result<(T, Commit)>) -> Result<T> {
         let mut state = self.lock()?;
         if state.batch_ops == 0 {
             // IMMEDIATE takes the write lock before the write's reads, so its decision holds across processes.
             control(&state.conn, "BEGIN IMMEDIATE").map_err(storage)?;
         }
-        match f(&state.conn) {
+        let State { conn, cache, .. } = &mut *state;
+        match f(conn, cache) {
             Ok((value, commit)) => {
                 state.batch_ops += 1;
                 if (commit == Commit::Now && self.commit_timing_matters())
@@ -350,12 +525,18 @@ impl SqliteLedger {
     /// `BEGIN IMMEDIATE` and `COMMIT` around it are not run (they were a twentieth of a SQLite simulation's work).
     /// With group commit it joins the open batch like any write.
     fn write_one<T>(&self, f: impl FnOnce(&Connection) -> Result<(T, Commit)>) -> Result<T> {
+        self.write_one_cached(|conn, _| f(conn))
+    }
+
+    /// [`SqliteLedger::write_one`] with the cache, which `f` keeps up to date with what it writes.
+    fn write_one_cached<T>(&self, f: impl FnOnce(&Connection, &mut Cache) -> Result<(T, Commit)>) -> Result<T> {
         if self.group_commit_ops_max > 0 {
-            return self.write(f);
+            return self.write_cached(f);
         }
         let mut state = self.lock()?;
         debug_assert_eq!(state.batch_ops, 0, "without group commit no batch outlives its write");
-        match f(&state.conn) {
+        let State { conn, cache, .. } = &mut *state;
+        match f(conn, cache) {
             Ok((value, _)) => Ok(value),
             // An error of the state machine wrote nothing.
             Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => Err(e),
@@ -404,6 +585,9 @@ fn fail_batch(state: &mut State, journal: bool, e: &Error) {
     let earlier_writes = state.batch_ops > 0 || !journal;
     let _ = state.conn.execute_batch("ROLLBACK");
     state.batch_ops = 0;
+    // The failed write may have changed a cached record before its statement failed, and the rollback may have undone
+    // earlier writes: the cache no longer knows what is stored.
+    state.cache.invalidate();
     if earlier_writes {
         state.failed = Some(e.to_string());
     }
@@ -663,13 +847,214 @@ fn get_plan(conn: &Connection, key: &Key) -> Result<Option<Vec<u8>>> {
     stmt.query_row([&key.0[..]], |r| r.get(0)).optional().map_err(storage)
 }
 
+/// Debug builds, which the tests run, check every step row the cache answers for against the database, so that a
+/// simulation's reads still test what was written.
+fn verify_step(conn: &Connection, key: &Key, cached: Option<(&StepRecord, bool)>) -> Result<()> {
+    if cfg!(debug_assertions) {
+        let stored = load_step(conn, key)?;
+        assert_eq!(
+            stored.as_ref().map(|(r, d)| (r, *d)),
+            cached,
+            "the read cache disagrees with the database on {key}"
+        );
+    }
+    Ok(())
+}
+
+/// [`verify_step`] for a run row.
+fn verify_run(conn: &Connection, run_id: &str, cached: Option<&RunRecord>) -> Result<()> {
+    if cfg!(debug_assertions) {
+        let stored = load_run(conn, run_id)?;
+        assert_eq!(stored.as_ref(), cached, "the read cache disagrees with the database on run {run_id}");
+    }
+    Ok(())
+}
+
+fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT workflow, status, trigger, reason, created_ms, updated_ms FROM runs WHERE run_id = ?1")
+        .map_err(storage)?;
+    let row = stmt
+        .query_row([run_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })
+        .optional()
+        .map_err(storage)?;
+    let Some((workflow, status, trigger, reason, created, updated)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(RunRecord {
+        run_id: run_id.to_owned(),
+        workflow,
+        status: parse_run_status(&status)?,
+        trigger,
+        reason,
+        created_ms: from_sql(created),
+        updated_ms: from_sql(updated),
+    }))
+}
+
+/// Writes a completion's columns (see `transition::complete`: it changes only these).
+fn store_outcome(conn: &Connection, record: &StepRecord) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached("UPDATE steps SET status = ?2, output = ?3, error = ?4, lease_expiry_ms = ?5 WHERE key = ?1")
+        .map_err(storage)?;
+    stmt.execute(params![
+        &record.key.0[..],
+        record.status.as_str(),
+        record.output,
+        record.error,
+        to_sql(record.lease_expiry_ms)
+    ])
+    .map_err(storage)?;
+    Ok(())
+}
+
+/// A claim with the cache on, decided on the cached record where there is one: one statement, nothing read.
+fn claim_cached(conn: &Connection, cache: &mut Cache, claim: &Claim<'_>, commit: Commit) -> Result<(Claimed, Commit)> {
+    let mut loaded = None;
+    let (mut record, was_durable) = match cache.step_mut(&claim.key) {
+        Cached::Hit((record, durable)) => {
+            verify_step(conn, &claim.key, Some((record, *durable)))?;
+            (Some(record), *durable)
+        }
+        Cached::Absent => {
+            verify_step(conn, &claim.key, None)?;
+            (None, false)
+        }
+        Cached::Unknown => {
+            if claim.expected_fence == 0
+                && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
+                && store_step(conn, &record, claim.durable, Row::New)? == 1
+            {
+                cache.put_step(record, claim.durable);
+                return Ok((granted, commit));
+            }
+            loaded = load_step(conn, &claim.key)?;
+            match &mut loaded {
+                Some((record, durable)) => (Some(record), *durable),
+                None => (None, false),
+            }
+        }
+    };
+    // A key claimed durably once stays durable: its completion must not wait either.
+    let durable = claim.durable || was_durable;
+    let (granted, commit) = match transition::claim(record.as_deref_mut(), claim)? {
+        ClaimEffect::Insert(record, granted) => {
+            let inserted = store_step(conn, &record, durable, Row::New)?;
+            assert_eq!(inserted, 1, "key {} is neither cached nor stored, yet taken", claim.key);
+            cache.put_step(record, durable);
+            return Ok((granted, commit));
+        }
+        ClaimEffect::Updated(granted) => {
+            store_step(conn, record.expect("an update needs a stored record"), durable, Row::Stored)?;
+            (granted, commit)
+        }
+        ClaimEffect::Conflict(conflict) => return Ok((conflict, Commit::MayWait)),
+    };
+    match loaded {
+        Some((record, _)) => cache.put_step(record, durable),
+        None => {
+            if let Some(entry) = cache.steps.get_mut(&claim.key) {
+                entry.1 = durable;
+            }
+        }
+    }
+    Ok((granted, commit))
+}
+
+/// A completion with the cache on, decided on the cached record where there is one: one statement, nothing read.
+fn complete_cached(
+    conn: &Connection,
+    cache: &mut Cache,
+    key: &Key,
+    fence: u64,
+    completion: Completion,
+    now_ms: u64,
+) -> Result<((), Commit)> {
+    let mut loaded = None;
+    let (mut record, durable) = match cache.step_mut(key) {
+        Cached::Hit((record, durable)) => {
+            verify_step(conn, key, Some((record, *durable)))?;
+            (Some(record), *durable)
+        }
+        Cached::Absent => {
+            verify_step(conn, key, None)?;
+            (None, false)
+        }
+        Cached::Unknown => {
+            loaded = load_step(conn, key)?;
+            match &mut loaded {
+                Some((record, durable)) => (Some(record), *durable),
+                None => (None, false),
+            }
+        }
+    };
+    if transition::complete(record.as_deref_mut(), key, fence, completion, now_ms)? {
+        store_outcome(conn, record.expect("a change needs a stored record"))?;
+    }
+    if let Some((record, durable)) = loaded {
+        cache.put_step(record, durable);
+    }
+    Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
+}
+
 impl Ledger for SqliteLedger {
     fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-        self.read(|conn| Ok(load_step(conn, key)?.map(|(record, _)| record)))
+        if !self.cached {
+            return self.read(|conn| Ok(load_step(conn, key)?.map(|(record, _)| record)));
+        }
+        let mut found = None;
+        self.inspect(key, &mut |record| found = record.cloned())?;
+        Ok(found)
+    }
+
+    fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
+        self.read_cached(|conn, cache| {
+            match cache.step(key) {
+                Cached::Hit((record, durable)) => {
+                    verify_step(conn, key, Some((record, *durable)))?;
+                    read(Some(record));
+                    return Ok(());
+                }
+                Cached::Absent => {
+                    verify_step(conn, key, None)?;
+                    read(None);
+                    return Ok(());
+                }
+                Cached::Unknown => {}
+            }
+            let stored = load_step(conn, key)?;
+            read(stored.as_ref().map(|(record, _)| record));
+            if let Some((record, durable)) = stored {
+                cache.put_step(record, durable);
+            }
+            Ok(())
+        })
     }
 
     fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
-        self.read(|conn| {
+        self.read_cached(|conn, cache| {
+            match cache.step(key) {
+                Cached::Hit((record, durable)) => {
+                    verify_step(conn, key, Some((record, *durable)))?;
+                    read(Some(StepOutcome::of(record)));
+                    return Ok(());
+                }
+                Cached::Absent => {
+                    verify_step(conn, key, None)?;
+                    read(None);
+                    return Ok(());
+                }
+                Cached::Unknown => {}
+            }
             // Three columns, the output borrowed from SQLite's row: no record is built.
             let mut stmt =
                 conn.prepare_cached("SELECT status, fence, output FROM steps WHERE key = ?1").map_err(storage)?;
@@ -689,6 +1074,11 @@ impl Ledger for SqliteLedger {
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         let commit = if claim.durable { Commit::Now } else { Commit::MayWait };
+        if self.cached {
+            // One statement whatever the case: the decision is made on the cached record (or a read of the row,
+            // under the same lock, when the cache does not hold it), and no other connection writes.
+            return self.write_one_cached(|conn, cache| claim_cached(conn, cache, claim, commit));
+        }
         if claim.expected_fence == 0 {
             // The common case, a fresh key: one insert, and nothing read first.
             let inserted = self.write_one(|conn| {
@@ -725,6 +1115,9 @@ impl Ledger for SqliteLedger {
     }
 
     fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
+        if self.cached {
+            return self.write_one_cached(|conn, cache| complete_cached(conn, cache, key, fence, completion, now_ms));
+        }
         let done = self.write_one(|conn| {
             if !complete_started(conn, key, fence, &completion, now_ms)? {
                 return Ok((false, Commit::MayWait));
@@ -746,31 +1139,36 @@ impl Ledger for SqliteLedger {
             if changed {
                 // A completion changes the outcome columns and releases the lease (see transition::complete).
                 let (record, _) = stored.expect("a change needs a stored record");
-                let mut stmt = conn
-                    .prepare_cached(
-                        "UPDATE steps SET status = ?2, output = ?3, error = ?4, lease_expiry_ms = ?5 WHERE key = ?1",
-                    )
-                    .map_err(storage)?;
-                stmt.execute(params![
-                    &key.0[..],
-                    record.status.as_str(),
-                    record.output,
-                    record.error,
-                    to_sql(record.lease_expiry_ms)
-                ])
-                .map_err(storage)?;
+                store_outcome(conn, &record)?;
             }
             Ok(((), if durable { Commit::Now } else { Commit::MayWait }))
         })
     }
 
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
-        self.write(|conn| {
-            let mut stored = load_step(conn, key)?;
-            transition::renew(stored.as_mut().map(|(record, _)| record), key, fence, lease_expiry_ms)?;
+        self.write_cached(|conn, cache| {
+            let mut loaded = None;
+            let record = match cache.step_mut(key) {
+                Cached::Hit((record, durable)) => {
+                    verify_step(conn, key, Some((record, *durable)))?;
+                    Some(record)
+                }
+                Cached::Absent => {
+                    verify_step(conn, key, None)?;
+                    None
+                }
+                Cached::Unknown => {
+                    loaded = load_step(conn, key)?;
+                    loaded.as_mut().map(|(record, _)| record)
+                }
+            };
+            transition::renew(record, key, fence, lease_expiry_ms)?;
             let mut stmt =
                 conn.prepare_cached("UPDATE steps SET lease_expiry_ms = ?2 WHERE key = ?1").map_err(storage)?;
             stmt.execute(params![&key.0[..], to_sql(lease_expiry_ms)]).map_err(storage)?;
+            if let Some((record, durable)) = loaded {
+                cache.put_step(record, durable);
+            }
             Ok(((), Commit::MayWait))
         })
     }
@@ -784,46 +1182,61 @@ impl Ledger for SqliteLedger {
     }
 
     fn create_run(&self, run: RunRecord) -> Result<bool> {
-        self.write_one(|conn| Ok((insert_run(conn, &run)?, Commit::Now)))
+        self.write_one_cached(|conn, cache| {
+            let inserted = insert_run(conn, &run)?;
+            if inserted {
+                cache.put_run(run);
+            }
+            Ok((inserted, Commit::Now))
+        })
     }
 
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT workflow, status, trigger, reason, created_ms, updated_ms FROM runs WHERE run_id = ?1",
-                )
-                .map_err(storage)?;
-            let row = stmt
-                .query_row([run_id], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, Vec<u8>>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                        r.get::<_, i64>(4)?,
-                        r.get::<_, i64>(5)?,
-                    ))
-                })
-                .optional()
-                .map_err(storage)?;
-            let Some((workflow, status, trigger, reason, created, updated)) = row else {
-                return Ok(None);
-            };
-            Ok(Some(RunRecord {
-                run_id: run_id.to_owned(),
-                workflow,
-                status: parse_run_status(&status)?,
-                trigger,
-                reason,
-                created_ms: from_sql(created),
-                updated_ms: from_sql(updated),
-            }))
+        if !self.cached {
+            return self.read(|conn| load_run(conn, run_id));
+        }
+        let mut found = None;
+        self.inspect_run(run_id, &mut |run| found = run.cloned())?;
+        Ok(found)
+    }
+
+    fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
+        self.read_cached(|conn, cache| {
+            match cache.run(run_id) {
+                Cached::Hit(run) => {
+                    verify_run(conn, run_id, Some(run))?;
+                    read(Some(run));
+                    return Ok(());
+                }
+                Cached::Absent => {
+                    verify_run(conn, run_id, None)?;
+                    read(None);
+                    return Ok(());
+                }
+                Cached::Unknown => {}
+            }
+            let stored = load_run(conn, run_id)?;
+            read(stored.as_ref());
+            if let Some(run) = stored {
+                cache.put_run(run);
+            }
+            Ok(())
         })
     }
 
     fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
-        self.read(|conn| {
+        self.read_cached(|conn, cache| {
+            match cache.run(run_id) {
+                Cached::Hit(run) => {
+                    verify_run(conn, run_id, Some(run))?;
+                    return Ok(Some(run.status));
+                }
+                Cached::Absent => {
+                    verify_run(conn, run_id, None)?;
+                    return Ok(None);
+                }
+                Cached::Unknown => {}
+            }
             let mut stmt = conn.prepare_cached("SELECT status FROM runs WHERE run_id = ?1").map_err(storage)?;
             let status = stmt.query_row([run_id], |r| r.get::<_, String>(0)).optional().map_err(storage)?;
             status.as_deref().map(parse_run_status).transpose()
@@ -831,7 +1244,19 @@ impl Ledger for SqliteLedger {
     }
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        self.write_one(|conn| {
+        self.write_one_cached(|conn, cache| {
+            // Whether the run is unfinished now, when the cache knows: then one statement does.
+            let unfinished_now = match cache.run(run_id) {
+                Cached::Hit(run) => {
+                    verify_run(conn, run_id, Some(run))?;
+                    Some(run.status.is_unfinished())
+                }
+                Cached::Absent => {
+                    verify_run(conn, run_id, None)?;
+                    return Err(Error::NotFound { what: format!("run {run_id}") });
+                }
+                Cached::Unknown => None,
+            };
             let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
             let update =
                 |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values)).map_err(storage);
@@ -845,15 +1270,22 @@ impl Ledger for SqliteLedger {
                 "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1";
             const LEAVES: &str =
                 "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1";
-            let updated = match unfinished_column(status) {
-                Some(_) => match update(STAYS)? {
+            let updated = match (unfinished_column(status), unfinished_now) {
+                (Some(_), Some(true)) => update(STAYS)?,
+                (Some(_), Some(false)) => update(ENTERS)?,
+                (Some(_), None) => match update(STAYS)? {
                     0 => update(ENTERS)?,
                     n => n,
                 },
-                None => update(LEAVES)?,
+                (None, _) => update(LEAVES)?,
             };
             if updated == 0 {
                 return Err(Error::NotFound { what: format!("run {run_id}") });
+            }
+            if let Cached::Hit(run) = cache.run_mut(run_id) {
+                run.status = status;
+                run.reason = reason.map(str::to_owned);
+                run.updated_ms = now_ms;
             }
             let commit = match status {
                 RunStatus::Pending | RunStatus::Running => Commit::MayWait,
@@ -872,7 +1304,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
-        self.write(|conn| {
+        self.write_cached(|conn, cache| {
             let mut by_event =
                 conn.prepare_cached("SELECT run_id FROM inbox WHERE source = ?1 AND event_id = ?2").map_err(storage)?;
             let seen: Option<String> =
@@ -907,7 +1339,9 @@ impl Ledger for SqliteLedger {
             // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
             // retried a week later) was started by this event, so this delivery starts nothing.
             let intake = if insert_run(conn, &run)? {
-                Intake::Started { run_id: run.run_id.clone() }
+                let intake = Intake::Started { run_id: run.run_id.clone() };
+                cache.put_run(run);
+                intake
             } else {
                 Intake::Duplicate { run_id: run.run_id.clone() }
             };
@@ -984,7 +1418,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn forget_run(&self, run_id: &str) -> Result<()> {
-        self.write(|conn| {
+        self.write_cached(|conn, cache| {
             // Every plan is filed under its run (`record_plan`), so four deletes through the run indexes drop all.
             for sql in [
                 "DELETE FROM plans WHERE run_id = ?1",
@@ -994,6 +1428,7 @@ impl Ledger for SqliteLedger {
             ] {
                 conn.prepare_cached(sql).map_err(storage)?.execute([run_id]).map_err(storage)?;
             }
+            cache.forget_run(run_id);
             Ok(((), Commit::MayWait))
         })
     }
