@@ -61,7 +61,9 @@
 //! `run_status` run no statement when the record is cached, and a claim, a completion, a renewal or a run's status
 //! change is decided on the cached record and written as one statement, with nothing read first. Every write goes to
 //! SQLite as before, statement by statement, and updates the cached record only after its statement succeeded; a
-//! storage failure empties the cache. `forget_run` drops the run's records from it.
+//! storage failure empties the cache. `forget_run` drops the run's records from it, and while the cache holds
+//! every row it deletes only from the tables that hold some of the run's (it notes which runs recorded a plan or a
+//! resolution).
 //! - Only a ledger that no other connection writes may cache: `:memory:`, or a file opened
 //!   [`Options::exclusive`] (SQLite's lock keeps other processes out). [`SqliteLedger::open`] refuses a cache
 //!   otherwise.
@@ -263,8 +265,18 @@ struct Cache {
     complete: bool,
     steps: FastMap<Key, (StepRecord, bool)>,
     runs: FastMap<String, RunRecord>,
-    /// The cached keys of each run, for `forget_run`.
-    run_keys: FastMap<CompactString, SmallVec<[Key; 4]>>,
+    /// What each run has in the cached tables and beyond them, for `forget_run`.
+    run_rows: FastMap<CompactString, RunRows>,
+}
+
+/// A run's rows as far as the cache knows.
+#[derive(Debug, Default)]
+struct RunRows {
+    /// Its cached step records.
+    keys: SmallVec<[Key; 4]>,
+    /// Whether a plan or a resolution was recorded for it (tables the cache does not hold).
+    plans: bool,
+    resolutions: bool,
 }
 
 impl Cache {
@@ -313,7 +325,7 @@ impl Cache {
     /// Drops everything when full: the cache then holds only some rows, and misses read the database. (Dropping all
     /// at once needs no order of use to be kept, and a simulation, which forgets its finished runs, never fills it.)
     fn make_room(&mut self) {
-        if self.steps.len() + self.runs.len() >= self.capacity {
+        if self.steps.len() + self.runs.len() + self.run_rows.len() >= self.capacity {
             self.invalidate();
         }
     }
@@ -322,7 +334,7 @@ impl Cache {
     fn invalidate(&mut self) {
         self.steps = FastMap::default();
         self.runs = FastMap::default();
-        self.run_keys = FastMap::default();
+        self.run_rows = FastMap::default();
         self.complete = false;
     }
 
@@ -335,7 +347,7 @@ impl Cache {
         let key = record.key;
         let run_id = record.run_id.clone();
         if self.steps.insert(key, (record, durable)).is_none() {
-            self.run_keys.entry(run_id).or_default().push(key);
+            self.run_rows.entry(run_id).or_default().keys.push(key);
         }
     }
 
@@ -348,9 +360,35 @@ impl Cache {
         self.runs.insert(run.run_id.clone(), run);
     }
 
+    /// Notes that a row of a table the cache does not hold was written for `run_id`.
+    fn note_row(&mut self, run_id: &str, row: fn(&mut RunRows) -> &mut bool) {
+        if !self.on() {
+            return;
+        }
+        if !self.run_rows.contains_key(run_id) {
+            self.make_room();
+        }
+        *row(self.run_rows.entry(run_id.into()).or_default()) = true;
+    }
+
+    /// Which of the run's tables may hold rows of it, in `forget_run`'s order (plans, steps, resolutions, runs): all
+    /// of them unless the cache holds every row.
+    fn tables_of(&self, run_id: &str) -> [bool; 4] {
+        if !self.complete {
+            return [true; 4];
+        }
+        let rows = self.run_rows.get(run_id);
+        [
+            rows.is_some_and(|r| r.plans),
+            rows.is_some_and(|r| !r.keys.is_empty()),
+            rows.is_some_and(|r| r.resolutions),
+            self.runs.contains_key(run_id),
+        ]
+    }
+
     fn forget_run(&mut self, run_id: &str) {
         self.runs.remove(run_id);
-        for key in self.run_keys.remove(run_id).unwrap_or_default() {
+        for key in self.run_rows.remove(run_id).map(|rows| rows.keys).unwrap_or_default() {
             self.steps.remove(&key);
         }
     }
@@ -1174,7 +1212,11 @@ impl Ledger for SqliteLedger {
     }
 
     fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-        self.write(|conn| record_plan(conn, run_id, key, plan, now_ms))
+        self.write_cached(|conn, cache| {
+            let recorded = record_plan(conn, run_id, key, plan, now_ms)?;
+            cache.note_row(run_id, |rows| &mut rows.plans);
+            Ok(recorded)
+        })
     }
 
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
@@ -1372,7 +1414,7 @@ impl Ledger for SqliteLedger {
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
         let json = serde_json::to_string(&resolution.resolution)
             .map_err(|e| Error::Storage(format!("cannot encode a resolution: {e}")))?;
-        self.write_one(|conn| {
+        self.write_one_cached(|conn, cache| {
             let mut stmt = conn
                 .prepare_cached(
                     "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -1386,6 +1428,7 @@ impl Ledger for SqliteLedger {
                 to_sql(resolution.at_ms)
             ])
             .map_err(storage)?;
+            cache.note_row(&resolution.run_id, |rows| &mut rows.resolutions);
             Ok(((), Commit::Now))
         })
     }
@@ -1419,14 +1462,23 @@ impl Ledger for SqliteLedger {
 
     fn forget_run(&self, run_id: &str) -> Result<()> {
         self.write_cached(|conn, cache| {
-            // Every plan is filed under its run (`record_plan`), so four deletes through the run indexes drop all.
-            for sql in [
+            // Every plan is filed under its run (`record_plan`), so four deletes through the run indexes drop all. A
+            // cache that holds every row knows which tables hold none of the run's (most runs record no plan and no
+            // resolution); debug builds run the delete anyway and check that it finds nothing.
+            let tables = cache.tables_of(run_id);
+            for (sql, may_hold) in [
                 "DELETE FROM plans WHERE run_id = ?1",
                 "DELETE FROM steps WHERE run_id = ?1",
                 "DELETE FROM resolutions WHERE run_id = ?1",
                 "DELETE FROM runs WHERE run_id = ?1",
-            ] {
-                conn.prepare_cached(sql).map_err(storage)?.execute([run_id]).map_err(storage)?;
+            ]
+            .into_iter()
+            .zip(tables)
+            {
+                if may_hold || cfg!(debug_assertions) {
+                    let deleted = conn.prepare_cached(sql).map_err(storage)?.execute([run_id]).map_err(storage)?;
+                    assert!(may_hold || deleted == 0, "the read cache missed {deleted} rows of {run_id}: {sql}");
+                }
             }
             cache.forget_run(run_id);
             Ok(((), Commit::MayWait))
