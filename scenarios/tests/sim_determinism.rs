@@ -2,7 +2,7 @@
 //! `cargo sim-test -p scenarios`).
 //!
 //! - the same seed twice gives the same trace hash and byte-identical results (apart from the wall-time figures);
-//!   different seeds differ;
+//!   different seeds differ; the memory and SQLite ledgers give the same trace;
 //! - the canary connector makes `flowsim run` exit 1 with a repro command, and that command reproduces the same
 //!   trace hash;
 //! - `--policy naive` on a timeout-after-commit profile shows duplicates that `--policy rules` does not.
@@ -41,6 +41,22 @@ fn sqlite_ledger_is_deterministic_too() {
     let b = simulate(&run);
     assert_eq!(a.trace_hash, b.trace_hash);
     assert!(a.all_hold(), "invariants: {:?}", a.invariants);
+}
+
+/// The two ledgers keep the same records, so a simulation cannot tell them apart: the same seed gives the same trace
+/// with either. With SQLite the world runs the read cache, and this debug build reads SQLite too at every read the
+/// cache serves and asserts that they agree; so these runs check the cache, its `forget_run` and the
+/// statements behind it, through crashes, takeovers, webhook intake and agents' plans.
+#[test]
+fn sqlite_and_memory_ledgers_simulate_alike() {
+    for scenario in ["crash-points", "lease-takeover", "duplicate-webhooks", "agent-crash"] {
+        let memory = simulate(&args(scenario, 21, 4_000, Policy::Rules));
+        let mut run = args(scenario, 21, 4_000, Policy::Rules);
+        run.ledger = "sqlite".into();
+        let sqlite = simulate(&run);
+        assert_eq!(memory.trace_hash, sqlite.trace_hash, "{scenario}: the ledgers' traces differ");
+        assert!(sqlite.all_hold(), "{scenario}: invariants {:?}", sqlite.invariants);
+    }
 }
 
 #[test]
