@@ -259,7 +259,7 @@ enum Cached<T> {
 /// run records as stored, kept up to date by every write of this ledger. Hash maps, looked up and never iterated.
 #[derive(Debug, Default)]
 struct Cache {
-    /// Most entries (steps and runs together) it holds; 0 = off.
+    /// Most entries (steps, runs and `run_rows` together) it holds; 0 = off.
     capacity: usize,
     /// Whether it holds every step and run row of the database: a fresh `:memory:` database, nothing dropped since.
     complete: bool,
@@ -955,33 +955,66 @@ fn store_outcome(conn: &Connection, record: &StepRecord) -> Result<()> {
     Ok(())
 }
 
-/// A claim with the cache on, decided on the cached record where there is one: one statement, nothing read.
-fn claim_cached(conn: &Connection, cache: &mut Cache, claim: &Claim<'_>, commit: Commit) -> Result<(Claimed, Commit)> {
-    let mut loaded = None;
-    let (mut record, was_durable) = match cache.step_mut(&claim.key) {
-        Cached::Hit((record, durable)) => {
-            verify_step(conn, &claim.key, Some((record, *durable)))?;
-            (Some(record), *durable)
-        }
-        Cached::Absent => {
-            verify_step(conn, &claim.key, None)?;
-            (None, false)
-        }
+/// What the cache knows of `key`'s row: `Some(row)` (or `Some(None)`, absent), checked against SQLite in debug builds,
+/// or `None` when it cannot say.
+fn known_step<'c>(conn: &Connection, cache: &'c Cache, key: &Key) -> Result<Option<Option<&'c (StepRecord, bool)>>> {
+    let known = match cache.step(key) {
+        Cached::Hit(entry) => Some(entry),
+        Cached::Absent => None,
+        Cached::Unknown => return Ok(None),
+    };
+    verify_step(conn, key, known.map(|(record, durable)| (record, *durable)))?;
+    Ok(Some(known))
+}
+
+/// [`known_step`] for a run row.
+fn known_run<'c>(conn: &Connection, cache: &'c Cache, run_id: &str) -> Result<Option<Option<&'c RunRecord>>> {
+    let known = match cache.run(run_id) {
+        Cached::Hit(run) => Some(run),
+        Cached::Absent => None,
+        Cached::Unknown => return Ok(None),
+    };
+    verify_run(conn, run_id, known)?;
+    Ok(Some(known))
+}
+
+/// The row of `key` for a write to decide on, and whether it was claimed durably: the cached record (checked against
+/// SQLite in debug builds), or the row read into `loaded` when the cache cannot say, for the caller to cache once
+/// it is written.
+fn step_to_write<'a>(
+    conn: &Connection,
+    cache: &'a mut Cache,
+    key: &Key,
+    loaded: &'a mut Option<(StepRecord, bool)>,
+) -> Result<(Option<&'a mut StepRecord>, bool)> {
+    let (record, durable) = match cache.step_mut(key) {
+        Cached::Hit((record, durable)) => (Some(record), *durable),
+        Cached::Absent => (None, false),
         Cached::Unknown => {
-            if claim.expected_fence == 0
-                && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
-                && store_step(conn, &record, claim.durable, Row::New)? == 1
-            {
-                cache.put_step(record, claim.durable);
-                return Ok((granted, commit));
-            }
-            loaded = load_step(conn, &claim.key)?;
-            match &mut loaded {
+            *loaded = load_step(conn, key)?;
+            return Ok(match loaded {
                 Some((record, durable)) => (Some(record), *durable),
                 None => (None, false),
-            }
+            });
         }
     };
+    verify_step(conn, key, record.as_deref().map(|r| (r, durable)))?;
+    Ok((record, durable))
+}
+
+/// A claim with the cache on, decided on the cached record where there is one: one statement, nothing read.
+fn claim_cached(conn: &Connection, cache: &mut Cache, claim: &Claim<'_>, commit: Commit) -> Result<(Claimed, Commit)> {
+    // A fresh key the cache cannot place: insert first, as without a cache, and read only if it was taken.
+    if claim.expected_fence == 0
+        && matches!(cache.step(&claim.key), Cached::Unknown)
+        && let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
+        && store_step(conn, &record, claim.durable, Row::New)? == 1
+    {
+        cache.put_step(record, claim.durable);
+        return Ok((granted, commit));
+    }
+    let mut loaded = None;
+    let (mut record, was_durable) = step_to_write(conn, cache, &claim.key, &mut loaded)?;
     // A key claimed durably once stays durable: its completion must not wait either.
     let durable = claim.durable || was_durable;
     let (granted, commit) = match transition::claim(record.as_deref_mut(), claim)? {
@@ -1018,23 +1051,7 @@ fn complete_cached(
     now_ms: u64,
 ) -> Result<((), Commit)> {
     let mut loaded = None;
-    let (mut record, durable) = match cache.step_mut(key) {
-        Cached::Hit((record, durable)) => {
-            verify_step(conn, key, Some((record, *durable)))?;
-            (Some(record), *durable)
-        }
-        Cached::Absent => {
-            verify_step(conn, key, None)?;
-            (None, false)
-        }
-        Cached::Unknown => {
-            loaded = load_step(conn, key)?;
-            match &mut loaded {
-                Some((record, durable)) => (Some(record), *durable),
-                None => (None, false),
-            }
-        }
-    };
+    let (mut record, durable) = step_to_write(conn, cache, key, &mut loaded)?;
     if transition::complete(record.as_deref_mut(), key, fence, completion, now_ms)? {
         store_outcome(conn, record.expect("a change needs a stored record"))?;
     }
@@ -1056,18 +1073,9 @@ impl Ledger for SqliteLedger {
 
     fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
         self.read_cached(|conn, cache| {
-            match cache.step(key) {
-                Cached::Hit((record, durable)) => {
-                    verify_step(conn, key, Some((record, *durable)))?;
-                    read(Some(record));
-                    return Ok(());
-                }
-                Cached::Absent => {
-                    verify_step(conn, key, None)?;
-                    read(None);
-                    return Ok(());
-                }
-                Cached::Unknown => {}
+            if let Some(known) = known_step(conn, cache, key)? {
+                read(known.map(|(record, _)| record));
+                return Ok(());
             }
             let stored = load_step(conn, key)?;
             read(stored.as_ref().map(|(record, _)| record));
@@ -1080,18 +1088,9 @@ impl Ledger for SqliteLedger {
 
     fn inspect_outcome(&self, key: &Key, read: &mut dyn FnMut(Option<StepOutcome<'_>>)) -> Result<()> {
         self.read_cached(|conn, cache| {
-            match cache.step(key) {
-                Cached::Hit((record, durable)) => {
-                    verify_step(conn, key, Some((record, *durable)))?;
-                    read(Some(StepOutcome::of(record)));
-                    return Ok(());
-                }
-                Cached::Absent => {
-                    verify_step(conn, key, None)?;
-                    read(None);
-                    return Ok(());
-                }
-                Cached::Unknown => {}
+            if let Some(known) = known_step(conn, cache, key)? {
+                read(known.map(|(record, _)| StepOutcome::of(record)));
+                return Ok(());
             }
             // Three columns, the output borrowed from SQLite's row: no record is built.
             let mut stmt =
@@ -1186,20 +1185,7 @@ impl Ledger for SqliteLedger {
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
         self.write_cached(|conn, cache| {
             let mut loaded = None;
-            let record = match cache.step_mut(key) {
-                Cached::Hit((record, durable)) => {
-                    verify_step(conn, key, Some((record, *durable)))?;
-                    Some(record)
-                }
-                Cached::Absent => {
-                    verify_step(conn, key, None)?;
-                    None
-                }
-                Cached::Unknown => {
-                    loaded = load_step(conn, key)?;
-                    loaded.as_mut().map(|(record, _)| record)
-                }
-            };
+            let (record, _) = step_to_write(conn, cache, key, &mut loaded)?;
             transition::renew(record, key, fence, lease_expiry_ms)?;
             let mut stmt =
                 conn.prepare_cached("UPDATE steps SET lease_expiry_ms = ?2 WHERE key = ?1").map_err(storage)?;
@@ -1244,18 +1230,9 @@ impl Ledger for SqliteLedger {
 
     fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
         self.read_cached(|conn, cache| {
-            match cache.run(run_id) {
-                Cached::Hit(run) => {
-                    verify_run(conn, run_id, Some(run))?;
-                    read(Some(run));
-                    return Ok(());
-                }
-                Cached::Absent => {
-                    verify_run(conn, run_id, None)?;
-                    read(None);
-                    return Ok(());
-                }
-                Cached::Unknown => {}
+            if let Some(known) = known_run(conn, cache, run_id)? {
+                read(known);
+                return Ok(());
             }
             let stored = load_run(conn, run_id)?;
             read(stored.as_ref());
@@ -1268,16 +1245,8 @@ impl Ledger for SqliteLedger {
 
     fn run_status(&self, run_id: &str) -> Result<Option<RunStatus>> {
         self.read_cached(|conn, cache| {
-            match cache.run(run_id) {
-                Cached::Hit(run) => {
-                    verify_run(conn, run_id, Some(run))?;
-                    return Ok(Some(run.status));
-                }
-                Cached::Absent => {
-                    verify_run(conn, run_id, None)?;
-                    return Ok(None);
-                }
-                Cached::Unknown => {}
+            if let Some(known) = known_run(conn, cache, run_id)? {
+                return Ok(known.map(|run| run.status));
             }
             let mut stmt = conn.prepare_cached("SELECT status FROM runs WHERE run_id = ?1").map_err(storage)?;
             let status = stmt.query_row([run_id], |r| r.get::<_, String>(0)).optional().map_err(storage)?;
@@ -1288,16 +1257,10 @@ impl Ledger for SqliteLedger {
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         self.write_one_cached(|conn, cache| {
             // Whether the run is unfinished now, when the cache knows: then one statement does.
-            let unfinished_now = match cache.run(run_id) {
-                Cached::Hit(run) => {
-                    verify_run(conn, run_id, Some(run))?;
-                    Some(run.status.is_unfinished())
-                }
-                Cached::Absent => {
-                    verify_run(conn, run_id, None)?;
-                    return Err(Error::NotFound { what: format!("run {run_id}") });
-                }
-                Cached::Unknown => None,
+            let unfinished_now = match known_run(conn, cache, run_id)? {
+                Some(Some(run)) => Some(run.status.is_unfinished()),
+                Some(None) => return Err(Error::NotFound { what: format!("run {run_id}") }),
+                None => None,
             };
             let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
             let update =
