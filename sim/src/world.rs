@@ -813,12 +813,7 @@ impl Shared {
     fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<KnownTrigger>>) {
         let live = self.live_workers.lock()[worker as usize].clone();
         match live {
-            // A run dispatched with its trigger was created a moment ago, in this same poll (the traffic generator,
-            // a delivery that started it): it is pending, and the drive starts without reading its status.
-            Some(live) => {
-                let known = if trigger.is_some() { Known::Created } else { Known::Nothing };
-                start_drive(self, &live, run_id.to_owned(), trigger, known)
-            }
+            Some(live) => start_drive(self, &live, run_id.to_owned(), trigger),
             None => self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger)),
         }
     }
@@ -1115,7 +1110,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
     for run_id in unfinished {
         if world.assigned_worker(&run_id) == worker {
-            start_drive(&world, &this, run_id, None, Known::Drivable);
+            start_drive(&world, &this, run_id, None);
         }
     }
     // Runs whose every driver died (a crash killed them; a run another worker was driving, say): finish those that
@@ -1140,7 +1135,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
                 world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, status);
             }
-            Some(_) => start_drive(&world, &this, run_id, None, Known::Drivable),
+            Some(_) => start_drive(&world, &this, run_id, None),
             None => {
                 world.drivers.lock().remove(run_id.as_str());
             }
@@ -1151,7 +1146,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     world.live_workers.lock()[worker as usize] = Some(this.clone());
     let waiting = std::mem::take(&mut *world.mailboxes[worker as usize].lock());
     for (run_id, trigger) in waiting {
-        start_drive(&world, &this, run_id, trigger, Known::Nothing);
+        start_drive(&world, &this, run_id, trigger);
     }
     // The node's first task must not end: madsim stops a node whose first task returns.
     std::future::pending::<()>().await;
@@ -1165,44 +1160,15 @@ struct LiveWorker {
     node: madsim::runtime::NodeHandle,
 }
 
-/// What the caller of [`start_drive`] knows of the run's status, learnt in this same poll (no await since), so that
-/// the status need not be read again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Known {
-    /// Created in this poll: pending.
-    Created,
-    /// Read in this poll as neither finished nor paused: a restarted worker's listing of the unfinished runs, or
-    /// its read of an orphaned run.
-    Drivable,
-    /// Nothing: the status is read.
-    Nothing,
-}
-
-/// Starts a drive of `run_id` on `live`'s worker, unless the run has finished or is paused. `known`: what the caller
-/// read of its status in this same poll; a status known is not read again (debug builds read it and check).
-fn start_drive(
-    world: &Arc<Shared>,
-    live: &LiveWorker,
-    run_id: String,
-    trigger: Option<Arc<KnownTrigger>>,
-    known: Known,
-) {
+/// Starts a drive of `run_id` on `live`'s worker, unless the run has finished or is paused.
+fn start_drive(world: &Arc<Shared>, live: &LiveWorker, run_id: String, trigger: Option<Arc<KnownTrigger>>) {
     let me = live.me;
     // Finished runs are forgotten; a late dispatch of one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
-    match known {
-        Known::Created => {
-            debug_assert_eq!(world.ledger.run_status(&run_id).ok().flatten(), Some(RunStatus::Pending), "{run_id}")
-        }
-        Known::Drivable => debug_assert!(
-            world.ledger.run_status(&run_id).ok().flatten().is_some_and(RunStatus::is_unfinished),
-            "{run_id} was read as drivable in this poll"
-        ),
-        Known::Nothing => match world.ledger.run_status(&run_id) {
-            Ok(Some(status)) if status.is_unfinished() => {}
-            Ok(_) => return,
-            Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
-        },
+    match world.ledger.run_status(&run_id) {
+        Ok(Some(status)) if status.is_unfinished() => {}
+        Ok(_) => return,
+        Err(e) => panic!("the ledger failed reading run {run_id}: {e}"),
     }
     {
         let mut drivers = world.drivers.lock();
