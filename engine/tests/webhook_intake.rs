@@ -172,6 +172,41 @@ fn a_signature_header_is_stripes_t_and_v1() {
     assert_eq!(webhook::sign(SECRET, 999, b"").split(',').next(), Some("t=0"));
 }
 
+/// A `v1=` tag is 64 hex digits of either case, and nothing else: a tag that differs only in spelling (a `+` before a
+/// digit, a dropped leading zero, a stray character) does not verify, and a header may carry several candidates
+/// (Stripe's rolled secrets), of which one verifying is enough.
+#[test]
+fn a_tag_is_exactly_its_hex_digits() {
+    let at_ms = 1_700_000_000_123;
+    let body = br#"{"a":1}"#;
+    let tag = "38877139021993b830af32feea6e18a8da83eb2f6e49ee50bd9e4cf4ca4d3789";
+    let verify = |header: String| {
+        let incoming = Incoming { signature: Some(header), ..delivery("evt", "{\"a\":1}", at_ms, None) };
+        assert_eq!(incoming.body, body);
+        webhook::verify(&source(false), &incoming, at_ms)
+    };
+    assert_eq!(verify(format!("t=1700000000,v1={tag}")), Ok(()));
+    assert_eq!(verify(format!("t=1700000000,v1={}", tag.to_uppercase())), Ok(()));
+    assert_eq!(verify(format!("v1={tag},t=1700000000")), Ok(()), "the items in any order");
+    assert_eq!(verify(format!("t=1700000000,v1={},v1={tag}", "0".repeat(64))), Ok(()), "one candidate verifies");
+    assert_eq!(verify(format!("t=1700000000,v0=x,v1={tag}")), Ok(()), "other schemes are ignored");
+    // Its fifth byte is 0x02: spelt `+2`, that pair was read as 2 before (`u8::from_str_radix` takes a sign), so this
+    // spelling of the tag verified.
+    assert_eq!(&tag[8..10], "02");
+    let signed = format!("{}+2{}", &tag[..8], &tag[10..]);
+    for (why, bad) in [
+        ("a changed digit", tag.replacen("38", "08", 1)),
+        ("a sign in place of a leading zero", signed),
+        ("one digit short", tag[1..].to_string()),
+        ("one digit more", format!("{tag}0")),
+        ("a non-digit", tag.replacen('3', "g", 1)),
+        ("empty", String::new()),
+    ] {
+        assert_eq!(verify(format!("t=1700000000,v1={bad}")), Err(Error::Forged), "{why}");
+    }
+    assert!(matches!(verify("t=1700000000".to_string()), Err(Error::MalformedSignature(_))), "no v1=");
+}
+
 /// Under `--cfg madsim` the tests above really run inside madsim's runtime (the workspace `tokio::test` is madsim's).
 #[cfg(madsim)]
 #[tokio::test]
