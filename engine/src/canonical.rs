@@ -262,16 +262,31 @@ fn needs_escape(word: u64) -> bool {
     below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
-/// Whether any byte of `bytes` is below 0x20, `"` or `\\`: eight bytes at a time, the last few padded with spaces.
+/// Whether any byte of `bytes` is below 0x20, `"` or `\\`: eight bytes at a time. The bytes after the last whole
+/// word are looked at again with the words that overlap them (an "any" question may look at a byte twice), so no
+/// string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most strings
+/// written are member names shorter than a word.
 fn any_needs_escape(bytes: &[u8]) -> bool {
-    let mut chunks = bytes.chunks_exact(8);
-    if chunks.by_ref().any(|chunk| needs_escape(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))) {
-        return true;
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let n = bytes.len();
+    if n >= 8 {
+        let mut chunks = bytes.chunks_exact(8);
+        if chunks.by_ref().any(|chunk| needs_escape(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))) {
+            return true;
+        }
+        return !chunks.remainder().is_empty() && needs_escape(word(n - 8));
     }
-    let rest = chunks.remainder();
-    let mut last = [b' '; 8];
-    last[..rest.len()].copy_from_slice(rest);
-    needs_escape(u64::from_le_bytes(last))
+    let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
+    let packed = if n >= 4 {
+        // The first four and the last four: together every byte of 4 to 7.
+        half(0) | half(n - 4) << 32
+    } else if n > 0 {
+        // The first, middle and last byte: together every byte of 1 to 3; the rest spaces.
+        u64::from_le_bytes([bytes[0], bytes[n / 2], bytes[n - 1], b' ', b' ', b' ', b' ', b' '])
+    } else {
+        return false;
+    };
+    needs_escape(packed)
 }
 
 /// Appends `s` as a canonical JSON string literal.
