@@ -267,14 +267,14 @@ fn needs_escape(word: u64) -> bool {
 /// string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most strings
 /// written are member names shorter than a word.
 fn any_needs_escape(bytes: &[u8]) -> bool {
-    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().expect("8 bytes"));
     let n = bytes.len();
     if n >= 8 {
         let mut chunks = bytes.chunks_exact(8);
-        if chunks.by_ref().any(|chunk| needs_escape(u64::from_le_bytes(chunk.try_into().expect("8 bytes")))) {
+        if chunks.by_ref().any(|chunk| needs_escape(word(chunk))) {
             return true;
         }
-        return !chunks.remainder().is_empty() && needs_escape(word(n - 8));
+        return !chunks.remainder().is_empty() && needs_escape(word(&bytes[n - 8..]));
     }
     let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
     let packed = if n >= 4 {
