@@ -32,7 +32,7 @@ mod bench {
             &self.actions
         }
         fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
-            Box::pin(async move { Outcome::Applied(json!({ "id": request.attempt }).into()) })
+            Box::pin(async move { Outcome::Applied(engine::doc::Doc::object([("id", request.attempt.into())])) })
         }
         fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
             Box::pin(async move { LookupOutcome::NotFound })
@@ -62,7 +62,7 @@ mod bench {
             .collect();
         let wf = Workflow::from_json(&json!({"name": "wf", "steps": steps}).to_string()).expect("valid");
         engine.register_workflow(wf).expect("registered");
-        let trigger = json!({"email": "a@example.com"});
+        let trigger = engine::doc!({"email": "a@example.com"});
         let mut group = c.benchmark_group("executor");
         group.throughput(Throughput::Elements(STEPS as u64));
         let mut n = 0u64;

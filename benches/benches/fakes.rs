@@ -9,7 +9,6 @@ use connectors_fake::rng::Rng;
 use criterion::{Criterion, criterion_group, criterion_main};
 use engine::connector::Request;
 use engine::key::Key;
-use serde_json::json;
 use std::hint::black_box;
 
 fn rng(c: &mut Criterion) {
@@ -29,7 +28,7 @@ fn rng(c: &mut Criterion) {
 }
 
 fn handle(c: &mut Criterion) {
-    let inputs = std::sync::Arc::new(json!({ "email": "ada@example.com", "amount": 1200 }));
+    let inputs = engine::doc!({ "email": "ada@example.com", "amount": 1200 });
     for kind in FakeKind::ALL {
         let mut server = kind.server("bench", FaultProfile::default());
         let mut n: u64 = 0;

@@ -12,8 +12,7 @@ use crate::server::{Api, Context, Handled, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use engine::json::object;
-use serde_json::Value;
+use engine::doc::Doc;
 use std::sync::Arc;
 
 pub const SEND_PAYOUT: &str = "send_payout";
@@ -75,7 +74,7 @@ impl Api for AtMostOnce {
         self.next_id += 1;
         let id = numbered(&self.id_prefix, self.next_id);
         // A payout or a send is acknowledged with its id and status.
-        let record = Arc::new(object([("id", Value::from(id.as_str())), ("status", "accepted".into())]));
+        let record = Doc::object([("id", Doc::from(id.as_str())), ("status", Doc::from_static("accepted"))]);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
         let event = WebhookEvent {
             source: self.name.clone(),

@@ -11,7 +11,7 @@ use crate::profile::FaultProfile;
 use crate::server::{Api, Context, Handled};
 use crate::truth::Effect;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use serde_json::json;
+use engine::doc::Doc;
 use std::sync::Arc;
 
 pub const CREATE: &str = "create";
@@ -57,7 +57,11 @@ impl Api for Canary {
         self.next_id += 1;
         let id = format!("canary_{}", self.next_id);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, cx.now_ms);
-        Handled { outcome: Outcome::Applied(Arc::new(json!({ "id": id }))), effect: Some(effect), event: None }
+        Handled {
+            outcome: Outcome::Applied(Doc::object([("id", Doc::from(id.as_str()))])),
+            effect: Some(effect),
+            event: None,
+        }
     }
 
     fn search(&mut self, _now_ms: u64, _request: &Request<'_>) -> LookupOutcome {

@@ -17,8 +17,7 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied, nu
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use engine::json::object;
-use serde_json::Value;
+use engine::doc::{Doc, Str};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -65,8 +64,8 @@ impl Contacts {
 
 /// The contact's email as the search index keys it: lowercase. Borrowed when it is lowercase ASCII already (every
 /// email the simulator sends), so a search allocates nothing.
-fn email_of(inputs: &Value) -> Option<Cow<'_, str>> {
-    let email = inputs.get("email").and_then(Value::as_str)?;
+fn email_of(inputs: &Doc) -> Option<Cow<'_, str>> {
+    let email = inputs.get("email").and_then(Doc::as_str)?;
     if email.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
         Some(Cow::Borrowed(email))
     } else {
@@ -91,14 +90,14 @@ impl Api for Contacts {
             return Handled::outcome(not_applied("400 `email` is required", false, None));
         };
         if let Some(existing) = self.by_email.committed(&email) {
-            let mut record = Value::clone(&existing.record);
-            record["conflict"] = Value::Bool(true);
-            return Handled::outcome(Outcome::Applied(Arc::new(record)));
+            let contact = existing.record.as_object().expect("a contact is stored as an object");
+            let record = Doc::Object(contact.with(Str::Static("conflict"), Doc::Bool(true)));
+            return Handled::outcome(Outcome::Applied(record));
         }
         self.next_id += 1;
         let id = numbered("contact_", self.next_id);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = Arc::new(object([("id", Value::from(id.as_str())), ("email", Value::from(&*email))]));
+        let record = Doc::object([("id", Doc::from(id.as_str())), ("email", Doc::from(&*email))]);
         self.by_email.insert(request.run_id, &email, Indexed { visible_ms, record: record.clone() });
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);
         let event = WebhookEvent {

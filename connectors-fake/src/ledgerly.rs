@@ -17,7 +17,7 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object,
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
-use serde_json::Value;
+use engine::doc::Doc;
 use std::sync::Arc;
 
 pub const RECORD_ENTRY: &str = "record_entry";
@@ -80,11 +80,11 @@ impl Api for Ledgerly {
         let id = numbered("entry_", self.next_id);
         let external_ref = key_hex(request.key);
         let visible_ms = cx.now_ms + cx.lag_ms;
-        let record = Arc::new(created_object(
-            [("id", Value::from(id.as_str())), ("external_ref", Value::from(external_ref.as_str()))],
+        let record = created_object(
+            [("id", Doc::from(id.as_str())), ("external_ref", Doc::from(external_ref.as_str()))],
             request.inputs,
             &["amount"],
-        ));
+        );
         let indexed = Indexed { visible_ms, record: record.clone() };
         self.by_external_ref.insert(request.run_id, &external_ref, indexed);
         let effect = Effect::of(&self.name, &self.action_name, request, &id, cx.now_ms, visible_ms);

@@ -23,10 +23,9 @@ use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object,
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::doc::Doc;
 use engine::fastmap::FastMap;
-use engine::json::object;
 use engine::ledger::CompactString;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,7 +52,7 @@ pub fn realistic_profile() -> FaultProfile {
 
 #[derive(Debug, Clone)]
 enum Stored {
-    Applied(Arc<Value>),
+    Applied(Doc),
     ServerError,
 }
 
@@ -64,7 +63,7 @@ type RunRecords = Vec<(Arc<str>, Arc<str>)>;
 struct KeyRecord {
     action: usize,
     /// The first request's inputs (shared with the caller's request, not copied).
-    inputs: Arc<Value>,
+    inputs: Doc,
     response: Stored,
     /// The first request's response leaves at this time; until then the key is in flight.
     completed_ms: u64,
@@ -88,7 +87,7 @@ pub struct Payments {
     by_run: FastMap<CompactString, RunRecords>,
     customers: SearchIndex,
     /// Objects by id; the id is one shared string here and under its run.
-    objects_by_id: FastMap<Arc<str>, Arc<Value>>,
+    objects_by_id: FastMap<Arc<str>, Doc>,
     next_id: u64,
 }
 
@@ -125,8 +124,8 @@ impl Payments {
     }
 
     /// Retrieve by id: immediate, as Stripe's retrieve is.
-    pub fn retrieve(&self, object_id: &str) -> Option<&Value> {
-        self.objects_by_id.get(object_id).map(|v| &**v)
+    pub fn retrieve(&self, object_id: &str) -> Option<&Doc> {
+        self.objects_by_id.get(object_id)
     }
 
     fn expire(&mut self, now_ms: u64) {
@@ -176,28 +175,28 @@ impl Payments {
             let id = numbered("cus_", self.next_id);
             // A customer carries the engine key in its metadata, and the search finds it by that key.
             let flow_key = key_hex(request.key);
-            let record = Arc::new(created_object(
+            let record = created_object(
                 [
-                    ("id", Value::from(id.as_str())),
-                    ("object", "customer".into()),
-                    ("metadata", object([("flow_key", Value::from(flow_key.as_str()))])),
+                    ("id", Doc::from(id.as_str())),
+                    ("object", Doc::from_static("customer")),
+                    ("metadata", Doc::object([("flow_key", Doc::from(flow_key.as_str()))])),
                 ],
                 request.inputs,
                 &["email", "name"],
-            ));
+            );
             let visible_ms = cx.now_ms + cx.lag_ms;
             self.customers.insert(request.run_id, &flow_key, Indexed { visible_ms, record: record.clone() });
             (id, record, "customer.created", visible_ms)
         } else {
             let id = numbered("ch_", self.next_id);
-            let amount = request.inputs.get("amount").cloned().unwrap_or(Value::Null);
-            let record = object([
-                ("id", Value::from(id.as_str())),
-                ("object", "charge".into()),
+            let amount = request.inputs.get("amount").cloned().unwrap_or(Doc::Null);
+            let record = Doc::object([
+                ("id", Doc::from(id.as_str())),
+                ("object", Doc::from_static("charge")),
                 ("amount", amount),
-                ("status", "succeeded".into()),
+                ("status", Doc::from_static("succeeded")),
             ]);
-            (id, Arc::new(record), "charge.succeeded", cx.now_ms)
+            (id, record, "charge.succeeded", cx.now_ms)
         };
         let shared_id: Arc<str> = object_id.as_str().into();
         self.objects_by_id.insert(shared_id.clone(), record.clone());
@@ -241,11 +240,11 @@ impl Payments {
     }
 }
 
-fn validate(action: usize, inputs: &Value) -> Result<(), String> {
+fn validate(action: usize, inputs: &Doc) -> Result<(), String> {
     if !inputs.is_object() {
         return Err("400 parameters must be an object".into());
     }
-    if action == 1 && inputs.get("amount").and_then(Value::as_u64).is_none_or(|a| a == 0) {
+    if action == 1 && inputs.get("amount").and_then(Doc::as_u64).is_none_or(|a| a == 0) {
         return Err("400 `amount` must be a positive integer".into());
     }
     Ok(())

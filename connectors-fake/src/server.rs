@@ -28,6 +28,7 @@ use crate::truth::{Effect, EffectSink};
 use crate::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request, pin_in_place};
+use engine::doc::{Doc, Obj, Str};
 use engine::ledger::CompactString;
 // A spin lock: a fake's state is locked around every request but never contended in the simulation (one thread), and
 // releasing a spin lock is a plain store where std's `Mutex` swaps atomically (docs/speed.md, stop 27).
@@ -70,19 +71,15 @@ impl Handled {
 /// (`email` of a customer, `amount` of a ledger entry). A created object carries the fields its API is documented to
 /// return, not a copy of every parameter: the inputs tree is the caller's, and a deep copy of it in every stored
 /// object was a tenth of the simulation's allocations.
-pub fn created_object<const N: usize>(
-    members: [(&str, serde_json::Value); N],
-    inputs: &serde_json::Value,
-    fields: &[&str],
-) -> serde_json::Value {
-    let mut object = engine::json::object(members);
-    let map = object.as_object_mut().expect("built as an object");
+pub fn created_object<const N: usize>(members: [(&'static str, Doc); N], inputs: &Doc, fields: &[&'static str]) -> Doc {
+    let mut all: Vec<(Str, Doc)> = Vec::with_capacity(N + fields.len());
+    all.extend(members.into_iter().map(|(name, value)| (Str::Static(name), value)));
     for &field in fields {
         if let Some(value) = inputs.get(field) {
-            map.insert(field.to_owned(), value.clone());
+            all.push((Str::Static(field), value.clone()));
         }
     }
-    object
+    Doc::Object(Obj::new(all))
 }
 
 /// A definite, never-stored failure.
@@ -342,7 +339,7 @@ pub struct SearchIndex {
 pub struct Indexed {
     pub visible_ms: u64,
     /// Shared with the webhook event and (payments) the stored response, so a create copies its record once.
-    pub record: Arc<serde_json::Value>,
+    pub record: Doc,
 }
 
 impl SearchIndex {

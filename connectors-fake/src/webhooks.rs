@@ -11,6 +11,7 @@
 
 use crate::profile::WebhookProfile;
 use crate::rng::Rng;
+use engine::doc::Doc;
 use engine::ledger::CompactString;
 use std::sync::Arc;
 
@@ -29,7 +30,7 @@ pub struct WebhookEvent {
     /// `customer.created`, `charge.succeeded`, ...
     pub event_type: &'static str,
     /// Shared: the fake keeps the same record, and every delivery of the event carries it.
-    pub payload: Arc<serde_json::Value>,
+    pub payload: Doc,
 }
 
 /// One delivery attempt of an event.
@@ -130,7 +131,7 @@ mod tests {
             event_id: "evt_1".into(),
             object_id: "cus_1".into(),
             event_type: "customer.created",
-            payload: Arc::new(serde_json::json!({"id": "cus_1"})),
+            payload: engine::doc!({"id": "cus_1"}),
         }
     }
 

@@ -10,13 +10,12 @@ use connectors_fake::truth::RecordingSink;
 use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{LookupOutcome, Outcome, Request};
 use engine::key::Key;
-use serde_json::json;
 use std::sync::Arc;
 
 const EPOCH_MS: u64 = 1_700_000_000_000;
 
-fn inputs() -> std::sync::Arc<serde_json::Value> {
-    std::sync::Arc::new(json!({ "email": "ada@example.com", "amount": 500 }))
+fn inputs() -> engine::doc::Doc {
+    engine::doc!({ "email": "ada@example.com", "amount": 500 })
 }
 
 #[cfg(not(madsim))]

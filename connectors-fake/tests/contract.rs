@@ -14,7 +14,6 @@ use connectors_fake::server::{
 use engine::connector::{GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::key::Key;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 const T0_MS: u64 = 1_700_000_000_000;
 
@@ -32,7 +31,7 @@ fn inputs(n: u64) -> Value {
 
 struct Call {
     action: &'static str,
-    inputs: Arc<Value>,
+    inputs: engine::doc::Doc,
     key: Key,
     run_id: String,
 }
@@ -343,7 +342,7 @@ fn payments_key_rules() {
     assert_eq!(s.handle(T0_MS + 500, &call.request(3), &Draws::CLEAN).outcome, first.outcome);
 
     // Same key, other parameters, or the other action: idempotency_error.
-    let changed = Call { inputs: Arc::new(json!({ "amount": 999 })), ..Call::new(FakeKind::Payments, 1) };
+    let changed = Call { inputs: engine::doc!({ "amount": 999 }), ..Call::new(FakeKind::Payments, 1) };
     let changed = Call { action: "charge", ..changed };
     let h = s.handle(T0_MS + 1_000, &changed.request(1), &Draws::CLEAN);
     assert!(matches!(h.outcome, Outcome::KeyReusedWithDifferentPayload(_)), "{:?}", h.outcome);
@@ -360,7 +359,7 @@ fn payments_key_rules() {
 #[test]
 fn validation_errors_and_rate_limits_are_not_stored() {
     let mut s = server(FakeKind::Payments, FaultProfile::default());
-    let bad = Call { action: "charge", inputs: Arc::new(json!({ "amount": 0 })), ..Call::new(FakeKind::Payments, 1) };
+    let bad = Call { action: "charge", inputs: engine::doc!({ "amount": 0 }), ..Call::new(FakeKind::Payments, 1) };
     let h = s.handle(T0_MS, &bad.request(1), &Draws::CLEAN);
     assert!(
         matches!(&h.outcome, Outcome::NotApplied(n) if !n.retryable && n.error.starts_with("400")),
@@ -400,7 +399,7 @@ fn contacts_conflict_answers_the_existing_contact() {
     let id = applied_id(&h.outcome);
     // Another write (another key) for the same email, in other case, before the search can see the first.
     let second = Call {
-        inputs: Arc::new(json!({ "email": "USER1@example.com" })),
+        inputs: engine::doc!({ "email": "USER1@example.com" }),
         key: key(99),
         ..Call::new(FakeKind::Contacts, 2)
     };
@@ -408,7 +407,7 @@ fn contacts_conflict_answers_the_existing_contact() {
     assert_eq!(applied_id(&h2.outcome), id);
     assert!(matches!(&h2.outcome, Outcome::Applied(v) if v["conflict"] == json!(true)));
     assert_eq!(h2.effect, None);
-    let missing = Call { inputs: Arc::new(json!({ "name": "no email" })), ..Call::new(FakeKind::Contacts, 3) };
+    let missing = Call { inputs: engine::doc!({ "name": "no email" }), ..Call::new(FakeKind::Contacts, 3) };
     assert!(matches!(s.handle(T0_MS, &missing.request(1), &Draws::CLEAN).outcome, Outcome::NotApplied(_)));
 }
 
@@ -508,7 +507,7 @@ fn contacts_match_emails_whatever_their_case() {
     use connectors_fake::server::{Api, Context};
     let mut api = Contacts::new("contacts", &FaultProfile::default());
     let cx = Context { now_ms: T0_MS, lag_ms: 0, response_ms: 0, error_after_commit: false };
-    let inputs = |email: &str| Arc::new(json!({ "email": email }));
+    let inputs = |email: &str| engine::doc!({ "email": email });
     let (first, second, lower) = (inputs("Ada@Example.COM"), inputs("ADA@example.com"), inputs("ada@example.com"));
     let (key, run_id) = (Key([1; 32]), "run-1");
     let request = |inputs| Request { action: CREATE_CONTACT, inputs, key: &key, run_id, attempt: 1 };

@@ -4,7 +4,8 @@
 //! - [`canonicalize_bytes`] parses JSON text strictly and returns its canonical bytes, rejecting what cannot be
 //!   canonicalised (duplicate object keys, lone surrogates, numbers outside IEEE-754 doubles, invalid UTF-8, nesting
 //!   deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
-//! - [`write_value`] canonicalises an already parsed `serde_json::Value` (whatever serde_json's `preserve_order`).
+//! - [`write_value`] canonicalises an already parsed document: a `serde_json::Value` (whatever serde_json's
+//!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]).
 //!
 //! The canonical form (RFC 8785 section 3.2):
 //! - no whitespace between tokens;
@@ -106,8 +107,77 @@ pub fn canonicalize_bytes(bytes: &[u8]) -> Result<Vec<u8>, Error> {
     Ok(out)
 }
 
+/// A parsed document the canonical writer takes: a `serde_json::Value` (whatever its map order) or the engine's own
+/// [`Doc`], whose objects are already in canonical order.
+pub trait Tree: Sized {
+    /// What this node is.
+    #[doc(hidden)]
+    fn node(&self) -> Node<'_, Self>;
+    /// Whether this is an object, and if so, calls `f` on each member in canonical order.
+    #[doc(hidden)]
+    fn for_each_member_of<'m>(
+        &'m self,
+        f: impl FnMut(&'m str, &'m Self) -> Result<(), Error>,
+    ) -> Option<Result<(), Error>>;
+}
+
+/// One node of a [`Tree`] as the writer sees it (an object's members through [`Tree::for_each_member_of`]).
+#[doc(hidden)]
+pub enum Node<'a, T> {
+    Null,
+    Bool(bool),
+    Number(&'a serde_json::Number),
+    String(&'a str),
+    Array(&'a [T]),
+    Object,
+}
+
+impl Tree for serde_json::Value {
+    fn node(&self) -> Node<'_, Self> {
+        use serde_json::Value;
+        match self {
+            Value::Null => Node::Null,
+            Value::Bool(b) => Node::Bool(*b),
+            Value::Number(n) => Node::Number(n),
+            Value::String(s) => Node::String(s),
+            Value::Array(items) => Node::Array(items),
+            Value::Object(_) => Node::Object,
+        }
+    }
+
+    fn for_each_member_of<'m>(
+        &'m self,
+        f: impl FnMut(&'m str, &'m Self) -> Result<(), Error>,
+    ) -> Option<Result<(), Error>> {
+        self.as_object().map(|map| for_each_member(map, f))
+    }
+}
+
+impl Tree for crate::doc::Doc {
+    fn node(&self) -> Node<'_, Self> {
+        use crate::doc::Doc;
+        match self {
+            Doc::Null => Node::Null,
+            Doc::Bool(b) => Node::Bool(*b),
+            Doc::Number(n) => Node::Number(n),
+            Doc::String(s) => Node::String(s),
+            Doc::Array(items) => Node::Array(items),
+            Doc::Object(_) => Node::Object,
+        }
+    }
+
+    fn for_each_member_of<'m>(
+        &'m self,
+        mut f: impl FnMut(&'m str, &'m Self) -> Result<(), Error>,
+    ) -> Option<Result<(), Error>> {
+        // Already in canonical order, each name once.
+        let obj = self.as_object()?;
+        Some(obj.iter().try_for_each(|(name, item)| f(name, item)))
+    }
+}
+
 /// Appends the canonical form of `value` to `out`. On error `out` may hold a partial document.
-pub fn write_value(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), Error> {
+pub fn write_value<T: Tree>(value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
     write_value_at(value, out, 0)
 }
 
@@ -116,7 +186,7 @@ pub fn write_value(value: &serde_json::Value, out: &mut Vec<u8>) -> Result<(), E
 const BUFFER_CAPACITY: usize = 256;
 
 /// The canonical form of `value` as a new buffer.
-pub fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Error> {
+pub fn to_vec<T: Tree>(value: &T) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(BUFFER_CAPACITY);
     write_value(value, &mut out)?;
     Ok(out)
@@ -125,41 +195,40 @@ pub fn to_vec(value: &serde_json::Value) -> Result<Vec<u8>, Error> {
 /// Appends the canonical form of `value` without the members that `volatile_paths` name: the same bytes as
 /// [`write_value`] of [`crate::key::without_volatile`]`(value, volatile_paths)` (the path rule is documented there),
 /// written without copying the value to remove them. Allocates only where a path goes deeper than one member.
-pub fn write_value_without(
-    value: &serde_json::Value,
-    volatile_paths: &[String],
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
+pub fn write_value_without<T: Tree>(value: &T, volatile_paths: &[String], out: &mut Vec<u8>) -> Result<(), Error> {
     write_without_at(value, volatile_paths, out, 0)
 }
 
 /// [`write_value_without`] into a new buffer.
-pub fn to_vec_without(value: &serde_json::Value, volatile_paths: &[String]) -> Result<Vec<u8>, Error> {
+pub fn to_vec_without<T: Tree>(value: &T, volatile_paths: &[String]) -> Result<Vec<u8>, Error> {
     let mut out = Vec::with_capacity(BUFFER_CAPACITY);
     write_value_without(value, volatile_paths, &mut out)?;
     Ok(out)
 }
 
 /// `paths` are what is left of the volatile paths at this level (each `name` or `name.rest`).
-fn write_without_at<P: AsRef<str>>(
-    value: &serde_json::Value,
+fn write_without_at<T: Tree, P: AsRef<str>>(
+    value: &T,
     paths: &[P],
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), Error> {
-    let serde_json::Value::Object(map) = value else {
-        // Only objects are walked: a path through anything else removes nothing.
-        return write_value_at(value, out, depth);
-    };
     if paths.is_empty() {
         return write_value_at(value, out, depth);
     }
-    if depth >= DEPTH_MAX {
-        return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
-    }
-    out.push(b'{');
+    // Only objects are walked: a path through anything else removes nothing.
+    let start = out.len();
+    let too_deep = || Error::TooDeep { depth_max: DEPTH_MAX, offset: start };
+    let mut opened = false;
     let mut written = 0;
-    for_each_member(map, |name, item| {
+    let walked = value.for_each_member_of(|name, item| {
+        if !opened {
+            if depth >= DEPTH_MAX {
+                return Err(too_deep());
+            }
+            out.push(b'{');
+            opened = true;
+        }
         let mut removed = false;
         let mut deeper: Vec<&str> = Vec::new();
         for path in paths {
@@ -179,9 +248,22 @@ fn write_without_at<P: AsRef<str>>(
         write_string(name, out);
         out.push(b':');
         write_without_at(item, &deeper, out, depth + 1)
-    })?;
-    out.push(b'}');
-    Ok(())
+    });
+    match walked {
+        None => write_value_at(value, out, depth),
+        Some(result) => {
+            result?;
+            if !opened {
+                // An empty object.
+                if depth >= DEPTH_MAX {
+                    return Err(too_deep());
+                }
+                out.push(b'{');
+            }
+            out.push(b'}');
+            Ok(())
+        }
+    }
 }
 
 /// Orders two strings by their UTF-16 code units, as RFC 8785 sorts object member names.
@@ -377,15 +459,14 @@ fn write_integer_double(exact: bool, f: f64, digits: &str, out: &mut Vec<u8>) ->
     }
 }
 
-fn write_value_at(value: &serde_json::Value, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
-    use serde_json::Value;
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => write_number(n, out)?,
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
+fn write_value_at<T: Tree>(value: &T, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+    match value.node() {
+        Node::Null => out.extend_from_slice(b"null"),
+        Node::Bool(true) => out.extend_from_slice(b"true"),
+        Node::Bool(false) => out.extend_from_slice(b"false"),
+        Node::Number(n) => write_number(n, out)?,
+        Node::String(s) => write_string(s, out),
+        Node::Array(items) => {
             if depth >= DEPTH_MAX {
                 return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
             }
@@ -398,21 +479,23 @@ fn write_value_at(value: &serde_json::Value, out: &mut Vec<u8>, depth: usize) ->
             }
             out.push(b']');
         }
-        Value::Object(map) => {
+        Node::Object => {
             if depth >= DEPTH_MAX {
                 return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
             }
             out.push(b'{');
             let mut written = 0;
-            for_each_member(map, |name, item| {
-                if written > 0 {
-                    out.push(b',');
-                }
-                written += 1;
-                write_string(name, out);
-                out.push(b':');
-                write_value_at(item, out, depth + 1)
-            })?;
+            value
+                .for_each_member_of(|name, item| {
+                    if written > 0 {
+                        out.push(b',');
+                    }
+                    written += 1;
+                    write_string(name, out);
+                    out.push(b':');
+                    write_value_at(item, out, depth + 1)
+                })
+                .expect("an object node has members")?;
             out.push(b'}');
         }
     }

@@ -3,11 +3,10 @@
 //! A connector declares, per action, its [`GuaranteeClass`]; the executor's behaviour is a function of that class
 //! and the three-valued [`Outcome`] of each call (as in Jepsen histories: applied, not applied, indeterminate).
 
+use crate::doc::Doc;
 use crate::key::Key;
-use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 /// A boxed future, so connectors can be trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -75,13 +74,13 @@ impl ActionSpec {
 
 /// One call to a connector.
 ///
-/// JSON that crosses the connector boundary (the inputs, an applied call's answer, a lookup's find) is shared
-/// (`Arc`), not copied: a simulated connector hands the request to another task and keeps the answer it gives, and
-/// each copy of a JSON tree is an allocation per node.
+/// JSON that crosses the connector boundary (the inputs, an applied call's answer, a lookup's find) is a [`Doc`],
+/// shared, not copied: a simulated connector hands the request to another task and keeps the answer it gives, and
+/// cloning a `Doc` is a reference count.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub action: &'a str,
-    pub inputs: &'a Arc<Value>,
+    pub inputs: &'a Doc,
     /// The key of this write; sent as the idempotency key where the API takes one, put in metadata where it can be
     /// searched for.
     pub key: &'a Key,
@@ -102,7 +101,7 @@ pub struct NotApplied {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// Applied, with the API's answer.
-    Applied(Arc<Value>),
+    Applied(Doc),
     /// Definitely not applied.
     NotApplied(NotApplied),
     /// Maybe applied: a timeout, a reset after send, a 5xx after the request left.
@@ -118,7 +117,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LookupOutcome {
     /// An earlier create of this write, with the API's record of it (adopted as the output).
-    Found(Arc<Value>),
+    Found(Doc),
     NotFound,
     /// The search itself failed; nothing can be concluded.
     Failed(String),

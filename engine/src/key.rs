@@ -162,16 +162,20 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 ///
 /// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
 /// measured slower. The canonical inputs are written straight after the header and their length patched in after.
-pub fn step_key(run_id: &str, step_id: &str, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
+pub fn step_key<T: crate::canonical::Tree>(
+    run_id: &str,
+    step_id: &str,
+    inputs: &T,
+) -> Result<Key, crate::canonical::Error> {
     step_key_without(run_id, step_id, inputs, &[])
 }
 
 /// [`step_key`] of `inputs` without the members `volatile_paths` name: the key of
 /// [`without_volatile`]`(inputs, volatile_paths)`, written without copying the inputs.
-pub fn step_key_without(
+pub fn step_key_without<T: crate::canonical::Tree>(
     run_id: &str,
     step_id: &str,
-    inputs: &serde_json::Value,
+    inputs: &T,
     volatile_paths: &[String],
 ) -> Result<Key, crate::canonical::Error> {
     with_scratch(|buf| {
@@ -182,10 +186,10 @@ pub fn step_key_without(
 
 /// [`step_key_without`], and blake3 of the canonical inputs it keys (what the ledger records as `inputs_hash`), from
 /// one canonical write: the inputs' canonical bytes are the tail of the key's encoding.
-pub fn step_key_and_inputs_hash(
+pub fn step_key_and_inputs_hash<T: crate::canonical::Tree>(
     run_id: &str,
     step_id: &str,
-    inputs: &serde_json::Value,
+    inputs: &T,
     volatile_paths: &[String],
 ) -> Result<(Key, [u8; 32]), crate::canonical::Error> {
     with_scratch(|buf| {
@@ -196,8 +200,8 @@ pub fn step_key_and_inputs_hash(
 
 /// blake3 of the canonical inputs without the members `volatile_paths` name: the inputs hash
 /// [`step_key_and_inputs_hash`] gives with its key, alone.
-pub fn inputs_hash_without(
-    inputs: &serde_json::Value,
+pub fn inputs_hash_without<T: crate::canonical::Tree>(
+    inputs: &T,
     volatile_paths: &[String],
 ) -> Result<[u8; 32], crate::canonical::Error> {
     with_scratch(|buf| {
@@ -207,11 +211,11 @@ pub fn inputs_hash_without(
 }
 
 /// Writes the encoding a step key hashes into `buf` (empty), and returns where the canonical inputs start in it.
-fn step_key_encoding(
+fn step_key_encoding<T: crate::canonical::Tree>(
     buf: &mut Vec<u8>,
     run_id: &str,
     step_id: &str,
-    inputs: &serde_json::Value,
+    inputs: &T,
     volatile_paths: &[String],
 ) -> Result<usize, crate::canonical::Error> {
     write_header(buf, run_id, step_id);
@@ -252,7 +256,11 @@ fn write_header(buf: &mut Vec<u8>, run_id: &str, step_id: &str) {
 }
 
 /// The key of write number `index` of the step keyed `step`, with `inputs`.
-pub fn write_key(step: &Key, index: u32, inputs: &serde_json::Value) -> Result<Key, crate::canonical::Error> {
+pub fn write_key<T: crate::canonical::Tree>(
+    step: &Key,
+    index: u32,
+    inputs: &T,
+) -> Result<Key, crate::canonical::Error> {
     with_scratch(|buf| {
         buf.extend_from_slice(WRITE_DOMAIN_TAG);
         buf.extend_from_slice(&step.0);

@@ -17,7 +17,8 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use std::sync::Arc;
+
+use crate::doc::{Doc, Obj, Str};
 
 /// A validation or parse error; names the workflow, the step and the field where it can.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,13 +107,14 @@ pub enum Part {
 /// A compiled input template.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Template {
-    /// No template anywhere inside: cloned as is.
-    Literal(Value),
+    /// No template anywhere inside: cloned as is (a reference count).
+    Literal(Doc),
     /// A string that is exactly one reference: the referenced value, type kept.
     Reference(Reference),
     Interpolated(Vec<Part>),
     Array(Vec<Template>),
-    Object(Vec<(String, Template)>),
+    /// Members in canonical order (the UTF-16 order of their names), so a rendered object is collected as it is.
+    Object(Vec<(Str, Template)>),
 }
 
 /// What a step does.
@@ -261,7 +263,7 @@ fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String>
         Value::Array(items) => {
             let compiled = items.iter().map(|v| compile_template(v, earlier)).collect::<Result<Vec<_>, _>>()?;
             if compiled.iter().all(|t| matches!(t, Template::Literal(_))) {
-                Template::Literal(value.clone())
+                Template::Literal(Doc::from(value))
             } else {
                 Template::Array(compiled)
             }
@@ -269,15 +271,16 @@ fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String>
         Value::Object(map) => {
             let mut compiled = Vec::with_capacity(map.len());
             for (k, v) in map {
-                compiled.push((k.clone(), compile_template(v, earlier).map_err(|m| format!("at `{k}`: {m}"))?));
+                compiled.push((Str::from(k), compile_template(v, earlier).map_err(|m| format!("at `{k}`: {m}"))?));
             }
             if compiled.iter().all(|(_, t)| matches!(t, Template::Literal(_))) {
-                Template::Literal(value.clone())
+                Template::Literal(Doc::from(value))
             } else {
+                compiled.sort_by(|a, b| crate::canonical::cmp_utf16(&a.0, &b.0));
                 Template::Object(compiled)
             }
         }
-        other => Template::Literal(other.clone()),
+        other => Template::Literal(Doc::from(other)),
     })
 }
 
@@ -339,27 +342,24 @@ fn compile_reference(text: &str, earlier: &[&str]) -> Result<Reference, String> 
 
 /// A finished step's output as the templates of later steps see it: an action or agent step's document, or a writes
 /// step's list of its writes' outputs. The list holds each write's output as the write returned it, shared with whoever
-/// else holds it (a fake's stored response, say), instead of deep-copying every output into one array document;
-/// templates see exactly the array `[output 0, output 1, …]`.
+/// else holds it (a fake's stored response, say); templates see exactly the array `[output 0, output 1, …]`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepOutput {
-    One(Arc<Value>),
-    Writes(Vec<Arc<Value>>),
-}
-
-/// A writes step's outputs as the one array document a template that names the whole output gets (copied: rare).
-fn writes_array(outputs: &[Arc<Value>]) -> Value {
-    Value::Array(outputs.iter().map(|output| Value::clone(output)).collect())
+    One(Doc),
+    Writes(Vec<Doc>),
 }
 
 /// Renders a template against the trigger and the outputs of the earlier steps (by index).
-pub fn render(template: &Template, trigger: &Value, outputs: &[StepOutput]) -> Value {
+///
+/// What a template takes from the trigger or an output is shared, not copied; a rendered object or array is one heap
+/// block, and an interpolated string one more.
+pub fn render(template: &Template, trigger: &Doc, outputs: &[StepOutput]) -> Doc {
     match template {
         Template::Literal(value) => value.clone(),
         Template::Reference(reference) => match resolve(reference, trigger, outputs) {
             Some(Resolved::Value(value)) => value.clone(),
-            Some(Resolved::Writes(outputs)) => writes_array(outputs),
-            None => Value::Null,
+            Some(Resolved::Writes(outputs)) => Doc::array(outputs.to_vec()),
+            None => Doc::Null,
         },
         Template::Interpolated(parts) => {
             let mut text = String::new();
@@ -367,35 +367,29 @@ pub fn render(template: &Template, trigger: &Value, outputs: &[StepOutput]) -> V
                 match part {
                     Part::Text(t) => text.push_str(t),
                     Part::Reference(reference) => match resolve(reference, trigger, outputs) {
-                        Some(Resolved::Value(Value::String(s))) => text.push_str(s),
-                        Some(Resolved::Value(Value::Null)) | None => {}
+                        Some(Resolved::Value(Doc::String(s))) => text.push_str(s),
+                        Some(Resolved::Value(Doc::Null)) | None => {}
                         Some(Resolved::Value(other)) => text.push_str(&other.to_string()),
-                        Some(Resolved::Writes(outputs)) => text.push_str(&writes_array(outputs).to_string()),
+                        Some(Resolved::Writes(outputs)) => text.push_str(&Doc::array(outputs.to_vec()).to_string()),
                     },
                 }
             }
-            Value::String(text)
+            Doc::from(text.as_str())
         }
-        Template::Array(items) => Value::Array(items.iter().map(|t| render(t, trigger, outputs)).collect()),
-        Template::Object(members) => {
-            // Inserted one by one: collecting into a map first gathers the members in a `Vec` to sort them, one
-            // more heap block per rendered object, and the members are few.
-            let mut map = serde_json::Map::new();
-            for (name, template) in members {
-                map.insert(name.clone(), render(template, trigger, outputs));
-            }
-            Value::Object(map)
-        }
+        Template::Array(items) => Doc::Array(items.iter().map(|t| render(t, trigger, outputs)).collect()),
+        Template::Object(members) => Doc::Object(Obj::from_sorted(
+            members.iter().map(|(name, template)| (name.clone(), render(template, trigger, outputs))).collect(),
+        )),
     }
 }
 
 /// What a reference names: a value inside a document, or the whole of a writes step's output.
 enum Resolved<'v> {
-    Value(&'v Value),
-    Writes(&'v [Arc<Value>]),
+    Value(&'v Doc),
+    Writes(&'v [Doc]),
 }
 
-fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [StepOutput]) -> Option<Resolved<'v>> {
+fn resolve<'v>(reference: &Reference, trigger: &'v Doc, outputs: &'v [StepOutput]) -> Option<Resolved<'v>> {
     let mut path = reference.path.iter();
     let mut value = match reference.source {
         Source::Trigger => trigger,
@@ -403,15 +397,15 @@ fn resolve<'v>(reference: &Reference, trigger: &'v Value, outputs: &'v [StepOutp
             StepOutput::One(value) => value,
             // The first segment indexes the writes, as it would index the array of their outputs.
             StepOutput::Writes(writes) => match path.next() {
-                Some(segment) => &**writes.get(segment.parse::<usize>().ok()?)?,
+                Some(segment) => writes.get(segment.parse::<usize>().ok()?)?,
                 None => return Some(Resolved::Writes(writes)),
             },
         },
     };
     for segment in path {
         value = match value {
-            Value::Object(map) => map.get(segment)?,
-            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            Doc::Object(obj) => obj.get(segment)?,
+            Doc::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
             _ => return None,
         };
     }
@@ -433,12 +427,12 @@ mod tests {
             .to_string(),
         )
         .expect("valid");
-        let trigger = json!({"n": 7, "s": "z"});
+        let trigger = crate::doc!({"n": 7, "s": "z"});
         let StepKind::Action { inputs, .. } = &wf.steps[0].kind else { panic!("action step") };
         assert_eq!(render(inputs, &trigger, &[]), json!({"n": 7, "s": "id-7-z"}));
         let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
         assert_eq!(
-            render(inputs, &trigger, &[StepOutput::One(Arc::new(json!({"list": [0, {"k": true}]})))]),
+            render(inputs, &trigger, &[StepOutput::One(crate::doc!({"list": [0, {"k": true}]}))]),
             json!({"from": {"k": true}, "lit": [1, "x"]})
         );
     }
@@ -478,11 +472,11 @@ mod tests {
         )
         .expect("valid");
         let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("action step") };
-        let writes = vec![Arc::new(json!({"id": "ch_1"})), Arc::new(json!({"id": "re_2", "n": 2}))];
-        let as_writes = render(inputs, &json!({}), &[StepOutput::Writes(writes.clone())]);
-        let array = Value::Array(writes.iter().map(|w| Value::clone(w)).collect());
+        let writes = vec![crate::doc!({"id": "ch_1"}), crate::doc!({"id": "re_2", "n": 2})];
+        let as_writes = render(inputs, &Doc::object([]), &[StepOutput::Writes(writes.clone())]);
+        let array = Doc::array(writes.clone());
         // Exactly what the same outputs give as one array document.
-        assert_eq!(as_writes, render(inputs, &json!({}), &[StepOutput::One(Arc::new(array.clone()))]));
+        assert_eq!(as_writes, render(inputs, &Doc::object([]), &[StepOutput::One(array.clone())]));
         assert_eq!(
             as_writes,
             json!({

@@ -50,7 +50,7 @@ async fn an_agent_crash_at_each_point_keeps_each_action_to_one_effect() {
             let planners: [(&str, Arc<dyn Planner>); 1] = [("model", planner.clone())];
             let first =
                 engine(config("w1"), ledger.clone(), crashing.clone(), &connectors, &planners, &[agent_workflow()]);
-            first.create_run("triage", "r1", &json!({"ticket": 9})).unwrap();
+            first.create_run("triage", "r1", &engine::doc!({"ticket": 9})).unwrap();
             assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
             drop(first);
             let recorder = Recorder::new();
@@ -79,7 +79,7 @@ async fn an_agent_crash_at_each_point_keeps_each_action_to_one_effect() {
             }
             // A replay afterwards makes no call at all.
             let calls = tools.calls().len();
-            assert_eq!(second.replay("r1", &json!({"ticket": 9})).await.unwrap(), RunStatus::Succeeded);
+            assert_eq!(second.replay("r1", &engine::doc!({"ticket": 9})).await.unwrap(), RunStatus::Succeeded);
             assert_eq!((tools.calls().len(), planner.call_count()), (calls, planner_calls), "{name}");
         }
     }
@@ -98,7 +98,7 @@ async fn a_writes_step_records_its_plan_first_and_keys_each_write() {
         ]}
     ]});
     let engine = engine(config("w1"), ledger.clone(), recorder.clone(), &[api.clone()], &[], &[wf]);
-    assert_eq!(engine.start_run("bill", "r1", &json!({"amount": 12})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.start_run("bill", "r1", &engine::doc!({"amount": 12})).await.unwrap(), RunStatus::Succeeded);
     let effects = api.effects();
     assert_eq!(effects.len(), 3);
     // Two identical writes still get two keys: the index is part of the write key.
@@ -124,7 +124,7 @@ async fn a_paused_write_in_a_plan_resumes_from_the_plan() {
     ]});
     let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[api.clone()], &[], &[wf]);
     api.push_script(&[Fate::Apply, Fate::ApplyThenTimeout]);
-    assert_eq!(engine.start_run("bill", "r1", &json!({})).await.unwrap(), RunStatus::Paused);
+    assert_eq!(engine.start_run("bill", "r1", &engine::doc!({})).await.unwrap(), RunStatus::Paused);
     assert_eq!(api.calls().len(), 2);
     let status = engine
         .resolve("r1", engine::ledger::Resolution::MarkDone { output: json!({"sent": true}) }, "dana")

@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, RunStatus};
-use serde_json::json;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -37,7 +36,7 @@ async fn list_and_resolve_paused_runs_from_the_command_line() {
         &[one_step("wf", "bank.payout")],
     );
     for run in ["r1", "r2"] {
-        assert_eq!(engine.start_run("wf", run, &json!({"amount": 1})).await.unwrap(), RunStatus::Paused);
+        assert_eq!(engine.start_run("wf", run, &engine::doc!({"amount": 1})).await.unwrap(), RunStatus::Paused);
     }
 
     let (code, stdout, _) = flow(&["paused", "--ledger", file]);

@@ -293,7 +293,7 @@ async fn each_rule_as_a_table() {
         let action = format!("api.{}", case.spec.name);
         let engine =
             engine(config, ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[one_step("wf", &action)]);
-        let trigger = json!({"email": "a@example.com", "amount": 5});
+        let trigger = engine::doc!({"email": "a@example.com", "amount": 5});
         let status = engine.start_run("wf", "r1", &trigger).await.expect(case.name);
         let key = key::step_key("r1", "only", &json!({"email": "a@example.com", "amount": 5})).unwrap();
         let record = ledger.get(&key).unwrap().expect(case.name);
@@ -327,7 +327,7 @@ async fn a_succeeded_step_replays_without_a_call_and_changed_inputs_run_once() {
         {"id": "email", "action": "api.email", "inputs": {"to": "{{trigger.email}}", "charge": "{{steps.charge.output.id}}"}}
     ]});
     let engine = engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[wf]);
-    let trigger = json!({"email": "a@example.com", "amount": 5});
+    let trigger = engine::doc!({"email": "a@example.com", "amount": 5});
     assert_eq!(engine.start_run("wf", "r1", &trigger).await.unwrap(), RunStatus::Succeeded);
     assert_eq!(connector.effects().len(), 2);
 
@@ -337,7 +337,7 @@ async fn a_succeeded_step_replays_without_a_call_and_changed_inputs_run_once() {
     assert_eq!(recorder.count("replayed "), 2);
 
     // Edited email: the charge replays (same key), the email runs once under a new key.
-    let edited = json!({"email": "b@example.com", "amount": 5});
+    let edited = engine::doc!({"email": "b@example.com", "amount": 5});
     assert_eq!(engine.replay("r1", &edited).await.unwrap(), RunStatus::Succeeded);
     assert_eq!(engine.replay("r1", &edited).await.unwrap(), RunStatus::Succeeded);
     let effects = connector.effects();
@@ -356,18 +356,18 @@ async fn a_drive_uses_the_callers_trigger_only_when_it_is_the_stored_one() {
     ]});
     let engine = engine(config("w1"), memory_ledger(), Recorder::new(), &[connector.clone()], &[], &[wf]);
     // Another document than the run was created with: the stored trigger is used.
-    engine.create_run("wf", "r1", &json!({"amount": 5})).unwrap();
-    assert_eq!(engine.drive_known("r1", &json!({"amount": 6})).await.unwrap(), RunStatus::Succeeded);
+    engine.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
+    assert_eq!(engine.drive_known("r1", &engine::doc!({"amount": 6})).await.unwrap(), RunStatus::Succeeded);
     // A float with an integral value is stored as an integer: the drive sends what a parse of the ledger gives.
-    engine.create_run("wf", "r2", &json!({"amount": 2.0})).unwrap();
-    assert_eq!(engine.drive_known("r2", &json!({"amount": 2.0})).await.unwrap(), RunStatus::Succeeded);
+    engine.create_run("wf", "r2", &engine::doc!({"amount": 2.0})).unwrap();
+    assert_eq!(engine.drive_known("r2", &engine::doc!({"amount": 2.0})).await.unwrap(), RunStatus::Succeeded);
     // The same document: sent as it is, as a drive from the ledger would send it.
-    assert_eq!(engine.start_run("wf", "r3", &json!({"amount": 7})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.start_run("wf", "r3", &engine::doc!({"amount": 7})).await.unwrap(), RunStatus::Succeeded);
     let sent: Vec<serde_json::Value> = connector.effects().iter().map(|e| e.inputs["amount"].clone()).collect();
     assert_eq!(sent, [json!(5), json!(2), json!(7)]);
     assert!(sent[1].is_u64(), "the stored `2`, not the caller's 2.0");
     // A finished run is returned as it is, whatever trigger the caller holds.
-    assert_eq!(engine.drive_known("r3", &json!({"amount": 8})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.drive_known("r3", &engine::doc!({"amount": 8})).await.unwrap(), RunStatus::Succeeded);
     assert_eq!(connector.calls().len(), 3);
 }
 
@@ -379,28 +379,28 @@ async fn a_known_trigger_is_stored_as_written_and_used_only_when_it_is_the_store
     ]});
     let ledger = memory_ledger();
     let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-    let known = |v: serde_json::Value| KnownTrigger::new(Arc::new(v)).expect("a canonical form");
+    let known = |v: serde_json::Value| KnownTrigger::new(v.into()).expect("a canonical form");
     let seven = known(json!({"amount": 7, "note": "é"}));
     assert!(engine.create_run_known("wf", "r1", &seven).unwrap());
     assert!(!engine.create_run_known("wf", "r1", &seven).unwrap(), "create_run_known is idempotent");
     assert!(matches!(engine.create_run_known("missing", "r", &seven), Err(Error::UnknownWorkflow(_))));
     // The run is stored exactly as `create_run` stores the same document.
-    engine.create_run("wf", "twin", &json!({"amount": 7, "note": "é"})).unwrap();
+    engine.create_run("wf", "twin", &engine::doc!({"amount": 7, "note": "é"})).unwrap();
     let stored = |run: &str| ledger.get_run(run).unwrap().expect("the run").trigger;
     assert_eq!(stored("r1"), stored("twin"));
     assert_eq!(stored("r1"), seven.canonical());
     assert_eq!(engine.drive_known_trigger("r1", &seven).await.unwrap(), RunStatus::Succeeded);
     // Another document than the run was created with: the stored trigger is used.
-    engine.create_run("wf", "r2", &json!({"amount": 5})).unwrap();
+    engine.create_run("wf", "r2", &engine::doc!({"amount": 5})).unwrap();
     assert_eq!(engine.drive_known_trigger("r2", &known(json!({"amount": 6}))).await.unwrap(), RunStatus::Succeeded);
     // A float with an integral value is stored as an integer: the drive sends what a parse of the ledger gives.
     let two = known(json!({"amount": 2.0}));
     engine.create_run_known("wf", "r3", &two).unwrap();
     assert_eq!(engine.drive_known_trigger("r3", &two).await.unwrap(), RunStatus::Succeeded);
     // `start_run` writes its trigger once, for both: a run that existed with another trigger runs with its own.
-    engine.create_run("wf", "r4", &json!({"amount": 9})).unwrap();
-    assert_eq!(engine.start_run("wf", "r4", &json!({"amount": 10})).await.unwrap(), RunStatus::Succeeded);
-    assert_eq!(engine.start_run("wf", "r5", &json!({"amount": 3.0})).await.unwrap(), RunStatus::Succeeded);
+    engine.create_run("wf", "r4", &engine::doc!({"amount": 9})).unwrap();
+    assert_eq!(engine.start_run("wf", "r4", &engine::doc!({"amount": 10})).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.start_run("wf", "r5", &engine::doc!({"amount": 3.0})).await.unwrap(), RunStatus::Succeeded);
     assert_eq!(stored("r5"), b"{\"amount\":3}");
     let sent: Vec<serde_json::Value> = connector.effects().iter().map(|e| e.inputs["amount"].clone()).collect();
     assert_eq!(sent, [json!(7), json!(5), json!(2), json!(9), json!(3)]);
@@ -419,8 +419,8 @@ async fn volatile_fields_are_sent_but_not_keyed() {
          "inputs": {"amount": "{{trigger.amount}}", "requested_at": "{{trigger.at}}"}}
     ]});
     let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-    engine.start_run("wf", "r1", &json!({"amount": 5, "at": 1})).await.unwrap();
-    engine.replay("r1", &json!({"amount": 5, "at": 2})).await.unwrap();
+    engine.start_run("wf", "r1", &engine::doc!({"amount": 5, "at": 1})).await.unwrap();
+    engine.replay("r1", &engine::doc!({"amount": 5, "at": 2})).await.unwrap();
     assert_eq!(connector.calls().len(), 1, "a changed volatile field must not mint a new key");
     assert_eq!(connector.effects()[0].inputs["requested_at"], 1);
 }
@@ -436,11 +436,11 @@ async fn volatile_fields_of_a_writes_step_are_sent_but_not_keyed() {
                                 "meta": {"trace": "{{trigger.at}}", "note": "x"}}}]}
     ]});
     let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-    engine.start_run("wf", "r1", &json!({"amount": 5, "at": 1})).await.unwrap();
-    engine.replay("r1", &json!({"amount": 5, "at": 2})).await.unwrap();
+    engine.start_run("wf", "r1", &engine::doc!({"amount": 5, "at": 1})).await.unwrap();
+    engine.replay("r1", &engine::doc!({"amount": 5, "at": 2})).await.unwrap();
     assert_eq!(connector.calls().len(), 1, "changed volatile fields (top-level and nested) must not mint a new key");
     assert_eq!(connector.effects()[0].inputs["requested_at"], 1);
-    engine.replay("r1", &json!({"amount": 6, "at": 2})).await.unwrap();
+    engine.replay("r1", &engine::doc!({"amount": 6, "at": 2})).await.unwrap();
     assert_eq!(connector.calls().len(), 2, "a changed keyed field is a new plan and a new write");
 }
 
@@ -456,7 +456,7 @@ async fn paused_payout() -> (Arc<Scripted>, Arc<engine::ledger::memory::MemoryLe
         &[],
         &[one_step("wf", "bank.payout")],
     );
-    let status = engine.start_run("wf", "r1", &json!({"email": "a@example.com", "amount": 5})).await.unwrap();
+    let status = engine.start_run("wf", "r1", &engine::doc!({"email": "a@example.com", "amount": 5})).await.unwrap();
     assert_eq!(status, RunStatus::Paused);
     let run = ledger.get_run("r1").unwrap().unwrap();
     let reason = run.reason.unwrap();
@@ -512,8 +512,8 @@ async fn two_workers_driving_one_run_execute_each_key_once() {
         ]});
         let one = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf.clone()]);
         let two = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-        one.create_run("wf", "r1", &json!({})).unwrap();
-        assert!(!two.create_run("wf", "r1", &json!({})).unwrap(), "create_run is idempotent");
+        one.create_run("wf", "r1", &engine::doc!({})).unwrap();
+        assert!(!two.create_run("wf", "r1", &engine::doc!({})).unwrap(), "create_run is idempotent");
         let (a, b) = tokio::join!(one.drive("r1"), two.drive("r1"));
         assert_eq!((a.unwrap(), b.unwrap()), (RunStatus::Succeeded, RunStatus::Succeeded), "{}", spec.class.name());
         assert_eq!(connector.effects().len(), 2, "{}", spec.class.name());
@@ -533,14 +533,14 @@ async fn a_first_drive_decides_on_a_key_that_is_recorded_already() {
         let engine = engine(config("w1"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[wf]);
 
         // Succeeded already: a run set back to pending (never driven, as far as its status says) replays it.
-        assert_eq!(engine.start_run("wf", "r1", &json!({})).await.unwrap(), RunStatus::Succeeded);
+        assert_eq!(engine.start_run("wf", "r1", &engine::doc!({})).await.unwrap(), RunStatus::Succeeded);
         ledger.set_run_status("r1", RunStatus::Pending, None, 0).unwrap();
         assert_eq!(engine.drive("r1").await.unwrap(), RunStatus::Succeeded, "{ledger_name}");
         assert_eq!(connector.calls().len(), 1, "{ledger_name}: a recorded success is not sent again");
         assert_eq!(recorder.count("replayed "), 1, "{ledger_name}");
 
         // Failed already (another worker's attempt, definitely not applied): retried once, at fence 2.
-        assert!(engine.create_run("wf", "r2", &json!({})).unwrap());
+        assert!(engine.create_run("wf", "r2", &engine::doc!({})).unwrap());
         let key = key::step_key("r2", "a", &json!({"n": 1})).unwrap();
         let claim = engine::ledger::Claim {
             key,
@@ -583,7 +583,7 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         let crashing = Recorder::halting_at(point, 1);
         let wf = one_step("wf", "api.charge");
         let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
-        first.create_run("wf", "r1", &json!({"email": "a", "amount": 1})).unwrap();
+        first.create_run("wf", "r1", &engine::doc!({"email": "a", "amount": 1})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
         drop(first);
         let second = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
@@ -609,7 +609,7 @@ async fn a_re_drive_reads_back_the_outputs_later_steps_name_and_hashes_the_input
         ]});
         let crashing = Recorder::halting_at(CrashPoint::BeforeCall, nth);
         let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
-        first.create_run("wf", "r1", &json!({"email": "a@x"})).unwrap();
+        first.create_run("wf", "r1", &engine::doc!({"email": "a@x"})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
         drop(first);
         let recorder = Recorder::new();
@@ -664,7 +664,7 @@ async fn registration_checks_actions_and_planners() {
         let err = engine.register_workflow(wf).expect_err("must be refused");
         assert_eq!((err.step.as_str(), err.field.as_str()), (step, field), "{err}");
     }
-    assert!(matches!(engine.create_run("missing", "r", &json!({})), Err(Error::UnknownWorkflow(_))));
+    assert!(matches!(engine.create_run("missing", "r", &engine::doc!({})), Err(Error::UnknownWorkflow(_))));
     assert!(matches!(engine.drive("nope").await, Err(Error::UnknownRun(_))));
 }
 
@@ -685,7 +685,7 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
     {
         let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 2);
         let first = engine(config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
-        first.create_run("wf", "r1", &json!({"amount": 3})).unwrap();
+        first.create_run("wf", "r1", &engine::doc!({"amount": 3})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
     }
     let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
@@ -723,7 +723,7 @@ async fn the_engine_is_shareable_and_its_futures_are_send() {
     for i in 0..20 {
         let engine = engine.clone();
         handles.push(tokio::spawn(send(async move {
-            engine.start_run("wf", &format!("r{i}"), &json!({"email": "a", "amount": i})).await.unwrap()
+            engine.start_run("wf", &format!("r{i}"), &engine::doc!({"email": "a", "amount": i})).await.unwrap()
         })));
     }
     for handle in handles {
@@ -731,6 +731,6 @@ async fn the_engine_is_shareable_and_its_futures_are_send() {
     }
     assert_eq!(connector.effects().len(), 20);
     drop(send(engine.resolve("r0", Resolution::Abort, "x")));
-    drop(send(engine.replay("r0", &json!({}))));
+    drop(send(engine.replay("r0", &engine::doc!({}))));
     drop(send(engine.resume_unfinished()));
 }

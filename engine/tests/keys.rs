@@ -3,6 +3,7 @@
 //! path rule.
 
 use engine::canonical::{canonicalize_bytes, to_vec, to_vec_without};
+use engine::doc::Doc;
 use engine::key::{
     Key, STEP_DOMAIN_TAG, WRITE_DOMAIN_TAG, step_key, step_key_and_inputs_hash, step_key_canonical, step_key_without,
     without_volatile, write_key, write_key_canonical,
@@ -163,8 +164,8 @@ fn volatile_paths() {
         (json!({"a": 5, "b": 1}), paths(&["a.x", "c", "c.d"]), json!({"a": 5, "b": 2}), false),
     ];
     for (a, volatile, b, same) in cases {
-        let key_a = step_key("run", "step", &without_volatile(&a, &volatile)).unwrap();
-        let key_b = step_key("run", "step", &without_volatile(&b, &volatile)).unwrap();
+        let key_a = step_key("run", "step", &*without_volatile(&a, &volatile)).unwrap();
+        let key_b = step_key("run", "step", &*without_volatile(&b, &volatile)).unwrap();
         assert_eq!(key_a == key_b, same, "{a} vs {b} with volatile {volatile:?}");
         // The engine keys without copying the inputs: the same key.
         assert_eq!(step_key_without("run", "step", &a, &volatile).unwrap(), key_a, "{a} with volatile {volatile:?}");
@@ -242,6 +243,12 @@ proptest! {
         let key = step_key(&run, &step, &value).unwrap();
         prop_assert_eq!(key_of_text(&run, &step, &compact), key);
         prop_assert_eq!(key_of_text(&run, &step, &pretty), key);
+        // The engine's own document, converted or parsed, keys the same.
+        let doc = Doc::from(&value);
+        prop_assert_eq!(step_key(&run, &step, &doc).unwrap(), key);
+        prop_assert_eq!(step_key(&run, &step, &serde_json::from_str::<Doc>(&pretty).unwrap()).unwrap(), key);
+        prop_assert_eq!(write_key(&key, 3, &doc).unwrap(), write_key(&key, 3, &value).unwrap());
+        prop_assert_eq!(Value::from(&doc), value);
     }
 
     /// Writing the canonical form without the volatile members gives the bytes of the copy with them removed, for
@@ -251,8 +258,14 @@ proptest! {
         value in prop_oneof![value_strategy(), narrow_value_strategy()],
         volatile in proptest::collection::vec("[ab]{0,2}(\\.[ab]{0,2}){0,3}", 0..4),
     ) {
-        let expected = to_vec(&without_volatile(&value, &volatile)).unwrap();
-        prop_assert_eq!(to_vec_without(&value, &volatile).unwrap(), expected, "{} without {:?}", value, volatile);
+        let expected = to_vec(&*without_volatile(&value, &volatile)).unwrap();
+        let written = to_vec_without(&value, &volatile).unwrap();
+        prop_assert_eq!(written, expected.clone(), "{} without {:?}", value, volatile);
+        let doc = Doc::from(&value);
+        let written = to_vec_without(&doc, &volatile).unwrap();
+        prop_assert_eq!(written, expected, "the document {} without {:?}", doc, volatile);
+        let (doc_key, doc_hash) = step_key_and_inputs_hash("run", "step", &doc, &volatile).unwrap();
+        prop_assert_eq!((doc_key, doc_hash), step_key_and_inputs_hash("run", "step", &value, &volatile).unwrap());
     }
 
     /// Any change of run, step or one value changes the key.

@@ -26,14 +26,14 @@ pub const STEPS_PER_RUN: u32 = 1_000;
 /// A run's inputs: an object whose canonical form is 114 bytes for a six-digit run number and step 1 (the prototype's
 /// size), the step number being one of its members so every step keys different inputs.
 fn inputs(run: u32) -> Value {
-    engine::json::object([
-        ("amount", Value::from(4_200)),
-        ("country", Value::from("FR")),
-        ("currency", Value::from("eur")),
-        ("customer", Value::from(format!("cus_{run:06}"))),
-        ("email", Value::from(format!("user-{run:06}@example.com"))),
-        ("step", Value::from(1)),
-    ])
+    serde_json::json!({
+        "amount": 4_200,
+        "country": "FR",
+        "currency": "eur",
+        "customer": format!("cus_{run:06}"),
+        "email": format!("user-{run:06}@example.com"),
+        "step": 1,
+    })
 }
 
 /// One step: derive the key of `inputs` (with the step number set), find it in the ledger, and record an output when it

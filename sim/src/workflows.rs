@@ -11,10 +11,10 @@ use connectors_fake::server::{Fake, numbered};
 use connectors_fake::truth::EffectSink;
 use engine::clock::Clock;
 use engine::connector::{BoxFuture, GuaranteeClass};
+use engine::doc::{Doc, Str};
 use engine::executor::{PlannedAction, Planner, Policy};
 use engine::ledger::Ledger;
 use engine::workflow::{StepKind, Workflow};
-use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -253,30 +253,30 @@ pub fn expected_writes(profile: &Profile, workflow: &str) -> u64 {
 }
 
 /// The trigger payload of run number `index`.
-pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Value {
+pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Doc {
     let amount = 100 + rng.range(0, 100_000);
-    engine::json::object([
+    Doc::object([
         ("email", {
             let mut email = numbered("user", index);
             email.push_str("@example.com");
-            email.into_string().into()
+            Doc::from(email.as_str())
         }),
-        ("name", numbered("User ", index).into_string().into()),
+        ("name", Doc::from(numbered("User ", index).as_str())),
         ("amount", amount.into()),
-        ("ticket", numbered("ticket-", rng.range(0, 1_000_000)).into_string().into()),
+        ("ticket", Doc::from(numbered("ticket-", rng.range(0, 1_000_000)).as_str())),
         ("requested_at", index.into()),
         ("workflow", workflow.into()),
     ])
 }
 
 /// The trigger of a replay: the amount edited, the rest unchanged, so some steps replay and some run anew.
-pub fn edited_trigger(ledger: &dyn Ledger, run_id: &str) -> Value {
+pub fn edited_trigger(ledger: &dyn Ledger, run_id: &str) -> Doc {
     let run = ledger.get_run(run_id).ok().flatten().expect("a replayed run exists");
-    let mut trigger: Value = serde_json::from_slice(&run.trigger).expect("a stored trigger is JSON");
-    if let Some(amount) = trigger.get("amount").and_then(Value::as_u64) {
-        trigger["amount"] = json!(amount + 1);
+    let trigger: Doc = serde_json::from_slice(&run.trigger).expect("a stored trigger is JSON");
+    match (trigger.as_object(), trigger.get("amount").and_then(Doc::as_u64)) {
+        (Some(members), Some(amount)) => Doc::Object(members.with(Str::Static("amount"), Doc::from(amount + 1))),
+        _ => trigger,
     }
-    trigger
 }
 
 /// The safeguards in force for a class, for the public guarantees table.
@@ -399,28 +399,29 @@ impl Planner for FakePlanner {
         &'a self,
         run_id: &'a str,
         _step_id: &'a str,
-        inputs: &'a Value,
+        inputs: &'a Doc,
     ) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
         Box::pin(async move {
             let call = self.calls.fetch_add(1, Ordering::Relaxed);
             let mut rng = Rng::new(self.seed ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15)).fork_named(run_id);
             // Thinking takes a while; a crash during it loses nothing.
             tokio::time::sleep(Duration::from_millis(200 + rng.range(0, 2_000))).await;
-            let email = inputs.get("email").cloned().unwrap_or(Value::Null);
+            let email = inputs.get("email").cloned().unwrap_or(Doc::Null);
+            let note = Doc::from(format!("triaged (draft {})", rng.range(0, 3)));
             let mut actions = vec![PlannedAction {
                 action: "contacts.create_contact".into(),
-                inputs: json!({ "email": email, "note": format!("triaged (draft {})", rng.range(0, 3)) }),
+                inputs: Doc::object([("email", email.clone()), ("note", note)]),
             }];
             if rng.chance(0.5) {
                 actions.push(PlannedAction {
                     action: "email.send_email".into(),
-                    inputs: json!({ "to": email, "template": "support-reply" }),
+                    inputs: Doc::object([("to", email.clone()), ("template", Doc::from_static("support-reply"))]),
                 });
             }
             if rng.chance(0.3) {
                 actions.push(PlannedAction {
                     action: "payments.create_customer".into(),
-                    inputs: json!({ "email": email, "name": "from support" }),
+                    inputs: Doc::object([("email", email), ("name", Doc::from_static("from support"))]),
                 });
             }
             Ok(actions)

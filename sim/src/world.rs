@@ -17,6 +17,7 @@ use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
 use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request, pin_in_place};
+use engine::doc::Doc;
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, KnownTrigger, Policy};
 use engine::fastmap::{FastMap, FastSet};
@@ -397,7 +398,7 @@ struct WorkerLink {
 /// A request as it travels: owned, so the fake can serve it whatever happens to the sender.
 struct Sent {
     action: SentAction,
-    inputs: Arc<serde_json::Value>,
+    inputs: Doc,
     key: Key,
     /// Inline up to 24 bytes: a generated run's id costs no heap block per call.
     run_id: CompactString,
@@ -1244,7 +1245,7 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
             pick -= weight;
         }
         // Its canonical bytes are written once, for the ledger and for the drive to compare with what it stored.
-        let trigger = KnownTrigger::new(Arc::new(workflows::trigger(workflow, index, &mut rng)))
+        let trigger = KnownTrigger::new(workflows::trigger(workflow, index, &mut rng))
             .expect("a generated trigger has a canonical form");
         planned += workflows::expected_writes(&config.profile, workflow);
         world.progress.steps_started.store(planned, Ordering::Relaxed);
@@ -1772,7 +1773,7 @@ mod tests {
     }
 
     fn send_key(network: &Network, fake: &Arc<dyn Fake>, at: Duration, key: Key) -> usize {
-        let inputs = Arc::new(serde_json::json!({ "amount": 5 }));
+        let inputs = Doc::object([("amount", Doc::from(5))]);
         let request = Request {
             action: FakeKind::Payouts.create_action(),
             inputs: &inputs,

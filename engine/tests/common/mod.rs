@@ -9,6 +9,7 @@ use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{
     ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request,
 };
+use engine::doc::Doc;
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, PlannedAction, Planner, RetryPolicy};
 use engine::key::Key;
@@ -145,7 +146,7 @@ impl Connector for Scripted {
                 let effect = Effect {
                     action: request.action.to_string(),
                     key: *request.key,
-                    inputs: serde_json::Value::clone(request.inputs),
+                    inputs: Value::from(request.inputs),
                     id: state.effects.len() as u64 + 1,
                     committed_ms: now_ms,
                 };
@@ -239,7 +240,7 @@ impl Planner for FlakyPlanner {
         &'a self,
         _run_id: &'a str,
         _step_id: &'a str,
-        inputs: &'a Value,
+        inputs: &'a Doc,
     ) -> BoxFuture<'a, Result<Vec<PlannedAction>, String>> {
         Box::pin(async move {
             let answer = {
@@ -250,7 +251,7 @@ impl Planner for FlakyPlanner {
             Ok((0..self.writes)
                 .map(|i| PlannedAction {
                     action: self.action.clone(),
-                    inputs: json!({ "ticket": inputs["ticket"], "write": i, "answer": answer }),
+                    inputs: engine::doc!({ "ticket": inputs["ticket"], "write": i, "answer": answer }),
                 })
                 .collect())
         })
