@@ -617,6 +617,11 @@ impl<'de> serde::Deserialize<'de> for Doc {
 
 struct DocVisitor;
 
+/// Room for the items of an array or the members of an object whose parser gives no count (serde_json gives none): a
+/// trigger or an output has some two to eight, and a list that starts empty is reallocated twice on the way to six.
+/// The list is copied into the document's own block when it is complete, so the room costs nothing after.
+const GUESSED_LEN: usize = 8;
+
 impl<'de> serde::de::Visitor<'de> for DocVisitor {
     type Value = Doc;
 
@@ -661,7 +666,7 @@ impl<'de> serde::de::Visitor<'de> for DocVisitor {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Doc, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(GUESSED_LEN).min(64));
         while let Some(item) = seq.next_element::<Doc>()? {
             items.push(item);
         }
@@ -669,7 +674,7 @@ impl<'de> serde::de::Visitor<'de> for DocVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Doc, A::Error> {
-        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(GUESSED_LEN).min(64));
         while let Some(name) = map.next_key_seed(StrSeed)? {
             members.push((name, map.next_value::<Doc>()?));
         }
