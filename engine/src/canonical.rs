@@ -213,57 +213,40 @@ fn write_without_at<T: Tree, P: AsRef<str>>(
     out: &mut Vec<u8>,
     depth: usize,
 ) -> Result<(), Error> {
-    if paths.is_empty() {
+    // Only objects are walked: a path through anything else removes nothing.
+    if paths.is_empty() || !matches!(value.node(), Node::Object) {
         return write_value_at(value, out, depth);
     }
-    // Only objects are walked: a path through anything else removes nothing.
-    let start = out.len();
-    let too_deep = || Error::TooDeep { depth_max: DEPTH_MAX, offset: start };
-    let mut opened = false;
-    let mut written = 0;
-    let walked = value.for_each_member_of(|name, item| {
-        if !opened {
-            if depth >= DEPTH_MAX {
-                return Err(too_deep());
-            }
-            out.push(b'{');
-            opened = true;
-        }
-        let mut removed = false;
-        let mut deeper: Vec<&str> = Vec::new();
-        for path in paths {
-            match path.as_ref().split_once('.') {
-                None => removed |= path.as_ref() == name,
-                Some((first, rest)) if first == name => deeper.push(rest),
-                Some(_) => {}
-            }
-        }
-        if removed {
-            return Ok(());
-        }
-        if written > 0 {
-            out.push(b',');
-        }
-        written += 1;
-        write_string(name, out);
-        out.push(b':');
-        write_without_at(item, &deeper, out, depth + 1)
-    });
-    match walked {
-        None => write_value_at(value, out, depth),
-        Some(result) => {
-            result?;
-            if !opened {
-                // An empty object.
-                if depth >= DEPTH_MAX {
-                    return Err(too_deep());
-                }
-                out.push(b'{');
-            }
-            out.push(b'}');
-            Ok(())
-        }
+    if depth >= DEPTH_MAX {
+        return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
     }
+    out.push(b'{');
+    let mut written = 0;
+    value
+        .for_each_member_of(|name, item| {
+            let mut removed = false;
+            let mut deeper: Vec<&str> = Vec::new();
+            for path in paths {
+                match path.as_ref().split_once('.') {
+                    None => removed |= path.as_ref() == name,
+                    Some((first, rest)) if first == name => deeper.push(rest),
+                    Some(_) => {}
+                }
+            }
+            if removed {
+                return Ok(());
+            }
+            if written > 0 {
+                out.push(b',');
+            }
+            written += 1;
+            write_string(name, out);
+            out.push(b':');
+            write_without_at(item, &deeper, out, depth + 1)
+        })
+        .expect("an object node has members")?;
+    out.push(b'}');
+    Ok(())
 }
 
 /// Orders two strings by their UTF-16 code units, as RFC 8785 sorts object member names.

@@ -19,6 +19,7 @@
 //!
 //! OWNER: canonical/key work stream. The signatures below are the contract other crates build on.
 
+use crate::canonical::Tree;
 use std::fmt;
 
 /// A 32-byte blake3 idempotency key. Displays as lowercase hex.
@@ -162,17 +163,13 @@ pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 ///
 /// The encoding is built in one buffer and hashed with one call: streaming many small writes into the hasher was
 /// measured slower. The canonical inputs are written straight after the header and their length patched in after.
-pub fn step_key<T: crate::canonical::Tree>(
-    run_id: &str,
-    step_id: &str,
-    inputs: &T,
-) -> Result<Key, crate::canonical::Error> {
+pub fn step_key<T: Tree>(run_id: &str, step_id: &str, inputs: &T) -> Result<Key, crate::canonical::Error> {
     step_key_without(run_id, step_id, inputs, &[])
 }
 
 /// [`step_key`] of `inputs` without the members `volatile_paths` name: the key of
 /// [`without_volatile`]`(inputs, volatile_paths)`, written without copying the inputs.
-pub fn step_key_without<T: crate::canonical::Tree>(
+pub fn step_key_without<T: Tree>(
     run_id: &str,
     step_id: &str,
     inputs: &T,
@@ -186,7 +183,7 @@ pub fn step_key_without<T: crate::canonical::Tree>(
 
 /// [`step_key_without`], and blake3 of the canonical inputs it keys (what the ledger records as `inputs_hash`), from
 /// one canonical write: the inputs' canonical bytes are the tail of the key's encoding.
-pub fn step_key_and_inputs_hash<T: crate::canonical::Tree>(
+pub fn step_key_and_inputs_hash<T: Tree>(
     run_id: &str,
     step_id: &str,
     inputs: &T,
@@ -200,7 +197,7 @@ pub fn step_key_and_inputs_hash<T: crate::canonical::Tree>(
 
 /// blake3 of the canonical inputs without the members `volatile_paths` name: the inputs hash
 /// [`step_key_and_inputs_hash`] gives with its key, alone.
-pub fn inputs_hash_without<T: crate::canonical::Tree>(
+pub fn inputs_hash_without<T: Tree>(
     inputs: &T,
     volatile_paths: &[String],
 ) -> Result<[u8; 32], crate::canonical::Error> {
@@ -211,7 +208,7 @@ pub fn inputs_hash_without<T: crate::canonical::Tree>(
 }
 
 /// Writes the encoding a step key hashes into `buf` (empty), and returns where the canonical inputs start in it.
-fn step_key_encoding<T: crate::canonical::Tree>(
+fn step_key_encoding<T: Tree>(
     buf: &mut Vec<u8>,
     run_id: &str,
     step_id: &str,
@@ -256,11 +253,7 @@ fn write_header(buf: &mut Vec<u8>, run_id: &str, step_id: &str) {
 }
 
 /// The key of write number `index` of the step keyed `step`, with `inputs`.
-pub fn write_key<T: crate::canonical::Tree>(
-    step: &Key,
-    index: u32,
-    inputs: &T,
-) -> Result<Key, crate::canonical::Error> {
+pub fn write_key<T: Tree>(step: &Key, index: u32, inputs: &T) -> Result<Key, crate::canonical::Error> {
     with_scratch(|buf| {
         buf.extend_from_slice(WRITE_DOMAIN_TAG);
         buf.extend_from_slice(&step.0);
