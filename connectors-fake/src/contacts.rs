@@ -91,7 +91,7 @@ impl Api for Contacts {
         };
         if let Some(existing) = self.by_email.committed(&email) {
             let contact = existing.record.as_object().expect("a contact is stored as an object");
-            let record = Doc::Object(contact.with(Str::Static("conflict"), Doc::Bool(true)));
+            let record = Doc::Object(contact.with(Str::from_static("conflict"), Doc::Bool(true)));
             return Handled::outcome(Outcome::Applied(record));
         }
         self.next_id += 1;

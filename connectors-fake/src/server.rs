@@ -73,10 +73,10 @@ impl Handled {
 /// object was a tenth of the simulation's allocations.
 pub fn created_object<const N: usize>(members: [(&'static str, Doc); N], inputs: &Doc, fields: &[&'static str]) -> Doc {
     let mut all: Vec<(Str, Doc)> = Vec::with_capacity(N + fields.len());
-    all.extend(members.into_iter().map(|(name, value)| (Str::Static(name), value)));
+    all.extend(members.into_iter().map(|(name, value)| (Str::from_static(name), value)));
     for &field in fields {
         if let Some(value) = inputs.get(field) {
-            all.push((Str::Static(field), value.clone()));
+            all.push((Str::from_static(field), value.clone()));
         }
     }
     Doc::Object(Obj::new(all))

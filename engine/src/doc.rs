@@ -4,15 +4,15 @@
 //! inputs, a trigger, an applied call's answer, a lookup's find, a step's output. A `serde_json::Value` is a tree of
 //! owned nodes: an object is a B-tree whose every leaf is some 600 bytes however few members it holds, every member
 //! name and string is a heap block of its own, and a copy of any part copies all of it. A `Doc` instead shares:
-//! - a string is a [`Str`], either a `&'static str` (the member names and constant values a program spells) or an
-//!   `Arc<str>`, so cloning one never copies its bytes;
+//! - a string is a [`Str`]: a `&'static str` (the member names and constant values a program spells), up to 23 bytes
+//!   held inline, or a longer one as an `Arc<str>`, so cloning one never copies more than its 24 bytes;
 //! - an array is an `Arc<[Doc]>` and an object an [`Obj`], one `Arc` slice of its members, so cloning either is a
 //!   reference count;
 //! - an object's members are kept sorted by the UTF-16 code units of their names, as RFC 8785 orders them, with no
 //!   name twice, so the canonical writer walks them as they are.
 //!
-//! So rendering a step's inputs allocates one block per object or array it builds and one per interpolated string,
-//! and nothing for the names and values it takes from a template, the trigger or an earlier output. Nothing is
+//! So rendering a step's inputs allocates one block per object or array it builds and one per interpolated string
+//! longer than 23 bytes, and nothing for the names and values it takes from a template, the trigger or an earlier output. Nothing is
 //! changed in place: [`Obj::with`] and [`Obj::without`] build a new object.
 //!
 //! `serde_json::Value` stays at the edges (profiles, results, the command lines), converted with `From` either way;
@@ -29,6 +29,7 @@ use std::sync::{Arc, LazyLock};
 
 pub use serde_json::Number;
 use serde_json::Value;
+use smol_str::SmolStr;
 
 use crate::canonical::cmp_utf16;
 
@@ -44,19 +45,20 @@ macro_rules! doc {
 #[doc(hidden)]
 pub use serde_json::json as __json;
 
-/// A string in a document: borrowed for the life of the program, or shared.
+/// A string in a document: a `&'static str` the program spells, up to 23 bytes held inline, or a longer one shared
+/// (`Arc<str>`). Cloning one never copies more than its 24 bytes, and dropping one touches memory elsewhere only for a
+/// shared string (its reference count).
 #[derive(Clone)]
-pub enum Str {
-    Static(&'static str),
-    Shared(Arc<str>),
-}
+pub struct Str(SmolStr);
 
 impl Str {
+    /// A string the program spells: never copied.
+    pub const fn from_static(s: &'static str) -> Str {
+        Str(SmolStr::new_static(s))
+    }
+
     pub fn as_str(&self) -> &str {
-        match self {
-            Str::Static(s) => s,
-            Str::Shared(s) => s,
-        }
+        self.0.as_str()
     }
 }
 
@@ -132,27 +134,31 @@ impl fmt::Display for Str {
 
 impl From<&str> for Str {
     fn from(s: &str) -> Str {
-        Str::Shared(Arc::from(s))
+        Str(SmolStr::new(s))
     }
 }
 
 impl From<String> for Str {
     fn from(s: String) -> Str {
-        Str::Shared(Arc::from(s))
+        Str(SmolStr::from(s))
     }
 }
 
 impl From<&String> for Str {
     fn from(s: &String) -> Str {
-        Str::Shared(Arc::from(s.as_str()))
+        Str(SmolStr::new(s))
     }
 }
 
+/// Shares `s` if it is too long to hold inline.
 impl From<Arc<str>> for Str {
     fn from(s: Arc<str>) -> Str {
-        Str::Shared(s)
+        Str(SmolStr::from(s))
     }
 }
+
+// A member is a name and a value in 48 bytes: a string held inline leaves a document no larger than a shared one.
+const _: () = assert!(std::mem::size_of::<Str>() == 24 && std::mem::size_of::<Doc>() == 24);
 
 type Members = Arc<[(Str, Doc)]>;
 
@@ -207,10 +213,10 @@ impl Obj {
         if !ordered {
             members.sort_by(|a, b| cmp_utf16(a.0, b.0));
             if members.windows(2).any(|pair| pair[0].0 == pair[1].0) {
-                return Obj::new(members.into_iter().map(|(name, value)| (Str::Static(name), value)).collect());
+                return Obj::new(members.into_iter().map(|(name, value)| (Str::from_static(name), value)).collect());
             }
         }
-        Obj(members.into_iter().map(|(name, value)| (Str::Static(name), value)).collect())
+        Obj(members.into_iter().map(|(name, value)| (Str::from_static(name), value)).collect())
     }
 
     pub fn get(&self, name: &str) -> Option<&Doc> {
@@ -299,7 +305,7 @@ impl Doc {
 
     /// A string the program spells: never copied.
     pub const fn from_static(s: &'static str) -> Doc {
-        Doc::String(Str::Static(s))
+        Doc::String(Str::from_static(s))
     }
 
     pub fn array(items: Vec<Doc>) -> Doc {
@@ -455,7 +461,7 @@ impl From<Str> for Doc {
 
 impl From<Arc<str>> for Doc {
     fn from(s: Arc<str>) -> Doc {
-        Doc::String(Str::Shared(s))
+        Doc::String(Str::from(s))
     }
 }
 

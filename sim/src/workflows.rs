@@ -274,7 +274,7 @@ pub fn edited_trigger(ledger: &dyn Ledger, run_id: &str) -> Doc {
     let run = ledger.get_run(run_id).ok().flatten().expect("a replayed run exists");
     let trigger: Doc = serde_json::from_slice(&run.trigger).expect("a stored trigger is JSON");
     match (trigger.as_object(), trigger.get("amount").and_then(Doc::as_u64)) {
-        (Some(members), Some(amount)) => Doc::Object(members.with(Str::Static("amount"), Doc::from(amount + 1))),
+        (Some(members), Some(amount)) => Doc::Object(members.with(Str::from_static("amount"), Doc::from(amount + 1))),
         _ => trigger,
     }
 }
