@@ -32,6 +32,7 @@ use engine::doc::{Doc, Obj, Str};
 use engine::ledger::CompactString;
 // A spin lock: a fake's state is locked around every request but never contended in the simulation (one thread), and
 // releasing a spin lock is a plain store where std's `Mutex` swaps atomically (docs/speed.md, stop 27).
+use smallvec::{SmallVec, smallvec};
 use spin::Mutex;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
@@ -323,15 +324,19 @@ pub fn key_hex(key: &engine::key::Key) -> engine::key::KeyHex {
 }
 
 /// Records of created objects that a search can find by one term, indexed per run so finished runs can be dropped.
+///
+/// A term is held as its 128-bit XXH3 fingerprint, not as text: the terms are engine keys spelled in hex (64
+/// characters) and emails, and as strings each insert made two heap blocks (the term under itself and under its run)
+/// that a search and the run's end then read, cold. Two different terms share a fingerprint with a chance of about
+/// 2^-128 per pair, far below anything a simulation of 10^8 steps meets; the memory ledger keys its inbox the same
+/// way. A fingerprint is a function of the term alone, so searches find exactly what they found by text.
 #[derive(Debug, Default)]
 pub struct SearchIndex {
     // Looked up, never iterated in an order that matters: fixed-seed hash maps (`engine::fastmap`).
     /// The objects under one term, oldest first: almost always one (a second is a duplicate).
-    /// A term is held twice, here and under its run, rather than shared: a 64-character key spelled in hex is one
-    /// cache line as a `String`'s block and two as an `Arc<str>`'s (measured: more misses shared than copied).
-    by_term: engine::fastmap::FastMap<String, OneOrMore<Indexed>>,
-    /// Run ids up to 24 bytes are held inline.
-    terms_by_run: engine::fastmap::FastMap<CompactString, Vec<String>>,
+    by_term: engine::fastmap::FastMap<u128, OneOrMore<Indexed>>,
+    /// Each run's terms (a run indexes one or two objects per API: held inline). Run ids up to 24 bytes are inline.
+    terms_by_run: engine::fastmap::FastMap<CompactString, SmallVec<[u128; 2]>>,
 }
 
 /// One object in a [`SearchIndex`] (its id is in its record).
@@ -342,17 +347,21 @@ pub struct Indexed {
     pub record: Doc,
 }
 
+/// The fingerprint a [`SearchIndex`] holds a term by.
+fn fingerprint(term: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(term.as_bytes())
+}
+
 impl SearchIndex {
     pub fn insert(&mut self, run_id: &str, term: &str, object: Indexed) {
-        let term = term.to_owned();
-        // The run's entry is looked up before one is made: `entry` would allocate the run id on every insert.
+        let term = fingerprint(term);
+        // The run's entry is looked up before one is made: `entry` would copy the run id on every insert.
         match self.terms_by_run.get_mut(run_id) {
-            Some(terms) => terms.push(term.clone()),
+            Some(terms) => terms.push(term),
             None => {
-                self.terms_by_run.insert(run_id.into(), vec![term.clone()]);
+                self.terms_by_run.insert(run_id.into(), smallvec![term]);
             }
         }
-        // The term is owned already, so one `entry` serves both cases with a single lookup.
         match self.by_term.entry(term) {
             Entry::Occupied(mut found) => found.get_mut().push(object),
             Entry::Vacant(slot) => {
@@ -363,12 +372,12 @@ impl SearchIndex {
 
     /// The oldest object under `term` that a search at `now_ms` sees.
     pub fn search(&self, term: &str, now_ms: u64) -> Option<&Indexed> {
-        self.by_term.get(term)?.iter().find(|o| o.visible_ms <= now_ms)
+        self.by_term.get(&fingerprint(term))?.iter().find(|o| o.visible_ms <= now_ms)
     }
 
     /// The oldest object under `term`, visible or not (what the primary store knows).
     pub fn committed(&self, term: &str) -> Option<&Indexed> {
-        self.by_term.get(term).map(OneOrMore::first)
+        self.by_term.get(&fingerprint(term)).map(OneOrMore::first)
     }
 
     pub fn forget_run(&mut self, run_id: &str) {
