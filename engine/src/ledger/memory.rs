@@ -29,8 +29,8 @@ pub struct MemoryLedger {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Boxed: a record is ~250 bytes, and the table moves its values when it grows.
-    steps: FastMap<Key, Box<StepRecord>>,
+    /// Held in the table itself (~250 bytes each): a read finds the record beside its key, not behind a pointer.
+    steps: FastMap<Key, StepRecord>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
     keys_by_run: FastMap<CompactString, Vec<Key>>,
     plans: FastMap<Key, Plan>,
@@ -290,20 +290,20 @@ fn sorted(ids: &FastSet<CompactString>) -> Vec<String> {
 
 impl Ledger for MemoryLedger {
     fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-        Ok(self.lock().steps.get(key).map(|record| StepRecord::clone(record)))
+        Ok(self.lock().steps.get(key).cloned())
     }
 
     fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
-        read(self.lock().steps.get(key).map(|record| &**record));
+        read(self.lock().steps.get(key));
         Ok(())
     }
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         let mut inner = self.lock();
-        match transition::claim(inner.steps.get_mut(&claim.key).map(|r| &mut **r), claim)? {
+        match transition::claim(inner.steps.get_mut(&claim.key), claim)? {
             ClaimEffect::Insert(record, granted) => {
                 file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, RUN_KEYS_CAPACITY);
-                inner.steps.insert(claim.key, Box::new(record));
+                inner.steps.insert(claim.key, record);
                 Ok(granted)
             }
             ClaimEffect::Updated(granted) => Ok(granted),
@@ -313,12 +313,12 @@ impl Ledger for MemoryLedger {
 
     fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::complete(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, completion, now_ms).map(|_| ())
+        transition::complete(inner.steps.get_mut(key), key, fence, completion, now_ms).map(|_| ())
     }
 
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::renew(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, lease_expiry_ms)
+        transition::renew(inner.steps.get_mut(key), key, fence, lease_expiry_ms)
     }
 
     fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
@@ -384,7 +384,7 @@ impl Ledger for MemoryLedger {
         inner.inbox.insert(event, InboxRow { run_id: RowRunId::new(&run.run_id), received_ms: delivery.received_ms });
         // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
         // retried a week later) was started by this event, so this delivery starts nothing.
-        let run_id = run.run_id.clone();
+        let run_id = String::from(run.run_id.as_str());
         if inner.insert_run(run) { Ok(Intake::Started { run_id }) } else { Ok(Intake::Duplicate { run_id }) }
     }
 
