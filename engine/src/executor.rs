@@ -585,8 +585,8 @@ impl Engine {
     fn insert_run(&self, workflow: &str, run_id: &str, trigger: Vec<u8>) -> Result<bool, Error> {
         let now_ms = self.clock.now_ms();
         let run = RunRecord {
-            run_id: run_id.to_string(),
-            workflow: workflow.to_string(),
+            run_id: run_id.into(),
+            workflow: workflow.into(),
             status: RunStatus::Pending,
             trigger,
             reason: None,
@@ -725,8 +725,8 @@ impl Engine {
             received_ms: now_ms,
         };
         let run = RunRecord {
-            run_id: run_id.clone(),
-            workflow: source.workflow.clone(),
+            run_id: run_id.as_str().into(),
+            workflow: source.workflow.as_str().into(),
             status: RunStatus::Pending,
             trigger,
             reason: None,
@@ -768,7 +768,8 @@ impl Engine {
                     (!ends_here && !walking && !known_is_stored).then(|| serde_json::from_slice::<Doc>(&run.trigger));
                 // The compiled workflow, found by the record's name without copying it (the name is copied only to
                 // report a workflow this engine does not know).
-                let compiled = self.workflows.get(&*run.workflow).cloned().ok_or_else(|| run.workflow.clone());
+                let compiled =
+                    self.workflows.get(&*run.workflow).cloned().ok_or_else(|| String::from(run.workflow.as_str()));
                 (run.status, compiled, trigger)
             });
         })?;

@@ -117,8 +117,8 @@ fn claim_of<'a>(key: Key, run_id: &'a str, worker: &'a str, now_ms: u64, expecte
 
 fn run_of(run_id: &str, status: RunStatus) -> RunRecord {
     RunRecord {
-        run_id: run_id.to_owned(),
-        workflow: "wf".to_owned(),
+        run_id: run_id.into(),
+        workflow: "wf".into(),
         status,
         trigger: br#"{"a":1}"#.to_vec(),
         reason: None,

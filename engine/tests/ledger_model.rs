@@ -118,7 +118,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
         Op::Plan { key: k, plan } => format!("{:?}", l.record_plan(&run_of_key(k), &key(k), &[plan], 1)),
         Op::CreateRun { run, status } => {
             let record = RunRecord {
-                run_id: format!("run-{run}"),
+                run_id: format!("run-{run}").into(),
                 workflow: "wf".into(),
                 status: run_status(status),
                 trigger: b"{}".to_vec(),

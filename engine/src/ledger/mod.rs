@@ -184,8 +184,9 @@ impl RunStatus {
 /// One run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
-    pub run_id: String,
-    pub workflow: String,
+    /// Held inline up to 24 bytes, as a step record's strings are (an API run's id, a workflow's name).
+    pub run_id: CompactString,
+    pub workflow: CompactString,
     pub status: RunStatus,
     /// Canonical JSON of the trigger payload.
     pub trigger: Vec<u8>,

@@ -264,7 +264,7 @@ struct Cache {
     /// Whether it holds every step and run row of the database: a fresh `:memory:` database, nothing dropped since.
     complete: bool,
     steps: FastMap<Key, (StepRecord, bool)>,
-    runs: FastMap<String, RunRecord>,
+    runs: FastMap<CompactString, RunRecord>,
     /// What each run has in the cached tables and beyond them, for `forget_run`.
     run_rows: FastMap<CompactString, RunRows>,
 }
@@ -848,8 +848,8 @@ fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
         .map_err(storage)?;
     let inserted = stmt
         .execute(params![
-            run.run_id,
-            run.workflow,
+            run.run_id.as_str(),
+            run.workflow.as_str(),
             run.status.as_str(),
             run.trigger,
             run.reason,
@@ -929,8 +929,8 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
         return Ok(None);
     };
     Ok(Some(RunRecord {
-        run_id: run_id.to_owned(),
-        workflow,
+        run_id: run_id.into(),
+        workflow: workflow.into(),
         status: parse_run_status(&status)?,
         trigger,
         reason,
@@ -1337,18 +1337,18 @@ impl Ledger for SqliteLedger {
                     delivery.source,
                     delivery.event_id,
                     delivery.dedup_key,
-                    run.run_id,
+                    run.run_id.as_str(),
                     to_sql(delivery.received_ms)
                 ])
                 .map_err(storage)?;
             // The run id is derived from the event: a run that exists already (its inbox row expired, the sender
             // retried a week later) was started by this event, so this delivery starts nothing.
             let intake = if insert_run(conn, &run)? {
-                let intake = Intake::Started { run_id: run.run_id.clone() };
+                let intake = Intake::Started { run_id: String::from(run.run_id.as_str()) };
                 cache.put_run(run);
                 intake
             } else {
-                Intake::Duplicate { run_id: run.run_id.clone() }
+                Intake::Duplicate { run_id: String::from(run.run_id.as_str()) }
             };
             Ok((intake, Commit::Now))
         })
