@@ -391,8 +391,8 @@ impl Checker {
             self.runs_with_visible_retry += 1;
         }
         let mut found: Vec<(&'static str, String)> = Vec::new();
-        // Every object the run's writes created: a step may adopt one another step created (below).
-        let run_objects: Vec<&str> = run.keys.values().flat_map(|s| s.object_ids()).collect();
+        // Whether any of the run's writes created `id`: a step may adopt an object another step created (below).
+        let run_created = |id: &str| run.keys.values().flat_map(|s| s.object_ids()).any(|object| object == id);
         for (key, state) in run.keys.iter() {
             self.counters[state.action].steps += 1;
             // The status and output are read in place (the ledger's lock is held meanwhile; nothing below calls the
@@ -414,7 +414,7 @@ impl Checker {
                         let id = serde_json::from_slice::<serde_json::Value>(output.unwrap_or_default())
                             .ok()
                             .and_then(|v| v.get("id").and_then(|id| id.as_str().map(str::to_owned)));
-                        id.is_some_and(|id| run_objects.contains(&id.as_str()))
+                        id.is_some_and(|id| run_created(&id))
                     };
                     if state.effects == 0 {
                         if !adopted() {
