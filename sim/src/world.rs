@@ -721,7 +721,7 @@ type Driver = (u32, u32);
 
 /// A run for a worker to drive: its id, and its trigger when the sender created the run with it (the drive then
 /// skips parsing the stored trigger; see `Engine::drive_known_trigger`).
-type Mail = (String, Option<Arc<KnownTrigger>>);
+type Mail = (CompactString, Option<Arc<KnownTrigger>>);
 
 struct Shared {
     config: WorldConfig,
@@ -814,8 +814,8 @@ impl Shared {
     fn dispatch(self: &Arc<Self>, run_id: &str, worker: u32, trigger: Option<Arc<KnownTrigger>>) {
         let live = self.live_workers.lock()[worker as usize].clone();
         match live {
-            Some(live) => start_drive(self, &live, run_id.to_owned(), trigger),
-            None => self.mailboxes[worker as usize].lock().push_back((run_id.to_owned(), trigger)),
+            Some(live) => start_drive(self, &live, run_id.into(), trigger),
+            None => self.mailboxes[worker as usize].lock().push_back((run_id.into(), trigger)),
         }
     }
 
@@ -914,7 +914,7 @@ impl Shared {
     /// wait was part of the drive, a crash of its worker ended the run as paused: in `mixed`, where some worker
     /// crashes every few simulated minutes, 59 of the 979 runs given a person at seed 1 and 200 k steps were ever
     /// resolved.)
-    fn hand_to_person(self: &Arc<Self>, me: Driver, run_id: String) {
+    fn hand_to_person(self: &Arc<Self>, me: Driver, run_id: CompactString) {
         let desk = self.person_desk();
         let handed = {
             let incarnations = self.incarnations.lock();
@@ -941,7 +941,7 @@ impl Shared {
     /// After the person's delay, records their decision (from the external system's truth, [`Shared::person_decision`])
     /// as `flow resolve` would, and hands the run, running again, to its worker, whose drive applies it. The desk
     /// leaves the run's drivers when a worker takes the run up (`start_drive`), so the run is never without one.
-    async fn person_resolves_at_desk(self: Arc<Self>, run_id: String) {
+    async fn person_resolves_at_desk(self: Arc<Self>, run_id: CompactString) {
         tokio::time::sleep(Duration::from_millis(self.config.profile.world.person_delay_ms)).await;
         // The decision is recorded only while no worker drives the run (a second drive that found it paused ends
         // within about a lease). Then no drive that started before the decision can end the run after it, and the
@@ -1111,7 +1111,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
     let unfinished = world.ledger.unfinished_runs().unwrap_or_else(|e| panic!("the ledger failed listing runs: {e}"));
     for run_id in unfinished {
         if world.assigned_worker(&run_id) == worker {
-            start_drive(&world, &this, run_id, None);
+            start_drive(&world, &this, run_id.into(), None);
         }
     }
     // Runs whose every driver died (a crash killed them; a run another worker was driving, say): finish those that
@@ -1136,7 +1136,7 @@ async fn worker_main(world: Arc<Shared>, worker: u32) {
                 world.drivers.lock().remove(run_id.as_str());
                 world.finish_run(&run_id, status);
             }
-            Some(_) => start_drive(&world, &this, run_id, None),
+            Some(_) => start_drive(&world, &this, run_id.into(), None),
             None => {
                 world.drivers.lock().remove(run_id.as_str());
             }
@@ -1162,7 +1162,8 @@ struct LiveWorker {
 }
 
 /// Starts a drive of `run_id` on `live`'s worker, unless the run has finished or is paused.
-fn start_drive(world: &Arc<Shared>, live: &LiveWorker, run_id: String, trigger: Option<Arc<KnownTrigger>>) {
+/// The run id is held inline up to 24 bytes (an API run's; a webhook run's is 35).
+fn start_drive(world: &Arc<Shared>, live: &LiveWorker, run_id: CompactString, trigger: Option<Arc<KnownTrigger>>) {
     let me = live.me;
     // Finished runs are forgotten; a late dispatch of one is dropped here. This check and the registration
     // below happen without an await between them, so no finish can slip in.
