@@ -19,7 +19,9 @@
 //! - Every created object emits a webhook event (`customer.created`, `charge.succeeded`).
 
 use crate::profile::FaultProfile;
-use crate::server::{Api, Context, Handled, Indexed, SearchIndex, created_object, key_hex, not_applied, numbered};
+use crate::server::{
+    Api, Context, Handled, Indexed, SearchIndex, created_object, fingerprint, key_hex, not_applied, numbered,
+};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
 use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
@@ -56,8 +58,9 @@ enum Stored {
     ServerError,
 }
 
-/// A run's idempotency keys, each with the id of the object its first request created (one list: they come in pairs).
-type RunRecords = Vec<(Arc<str>, Arc<str>)>;
+/// A run's idempotency keys (fingerprints), each with the id of the object its first request created (one list: they
+/// come in pairs). Ids are held inline up to 24 bytes.
+type RunRecords = Vec<(u128, CompactString)>;
 
 #[derive(Debug)]
 struct KeyRecord {
@@ -78,16 +81,18 @@ pub struct Payments {
     action_names: [Arc<str>; 2],
     actions: Vec<ActionSpec>,
     retention_ms: u64,
-    /// Idempotency keys: one shared string per key, named here, in [`Payments::expiry`] and under its run.
-    keys: FastMap<Arc<str>, KeyRecord>,
+    /// Idempotency keys, each by its 128-bit fingerprint (`server::fingerprint`; the engine sends its key in hex, 64
+    /// characters), here, in [`Payments::expiry`] and under its run. Two keys share a fingerprint with a chance of
+    /// about 2^-128 per pair, as with the search index's terms.
+    keys: FastMap<u128, KeyRecord>,
     /// Keys by (expiry time, sequence number), for expiry. A forgotten run's keys leave this index too, so memory is
     /// bounded by the keys of unfinished runs rather than by everything stored in the last retention window.
-    expiry: BTreeMap<(u64, u64), Arc<str>>,
+    expiry: BTreeMap<(u64, u64), u128>,
     /// Each run's keys and object ids, so a finished run's records can be dropped (run ids up to 24 bytes inline).
     by_run: FastMap<CompactString, RunRecords>,
     customers: SearchIndex,
-    /// Objects by id; the id is one shared string here and under its run.
-    objects_by_id: FastMap<Arc<str>, Doc>,
+    /// Objects by id (held inline up to 24 bytes).
+    objects_by_id: FastMap<CompactString, Doc>,
     next_id: u64,
 }
 
@@ -134,8 +139,8 @@ impl Payments {
                 break;
             }
             let (slot, key) = entry.remove_entry();
-            if self.keys.get(&*key).is_some_and(|r| r.expiry_slot == slot) {
-                self.keys.remove(&*key);
+            if self.keys.get(&key).is_some_and(|r| r.expiry_slot == slot) {
+                self.keys.remove(&key);
             }
         }
     }
@@ -157,7 +162,8 @@ impl Payments {
         if let Err(message) = validate(action, request.inputs) {
             return Handled::outcome(not_applied(&message, false, None));
         }
-        if let Some(record) = self.keys.get(idempotency_key) {
+        let held_as = fingerprint(idempotency_key);
+        if let Some(record) = self.keys.get(&held_as) {
             if cx.now_ms < record.completed_ms {
                 return Handled::outcome(Outcome::KeyInFlight);
             }
@@ -198,8 +204,7 @@ impl Payments {
             ]);
             (id, record, "charge.succeeded", cx.now_ms)
         };
-        let shared_id: Arc<str> = object_id.as_str().into();
-        self.objects_by_id.insert(shared_id.clone(), record.clone());
+        self.objects_by_id.insert(object_id.clone(), record.clone());
         let response = if cx.error_after_commit { Stored::ServerError } else { Stored::Applied(record.clone()) };
         let outcome = match &response {
             Stored::Applied(value) => Outcome::Applied(value.clone()),
@@ -207,9 +212,8 @@ impl Payments {
         };
         // `next_id` was bumped above for this key alone: a unique sequence number.
         let expiry_slot = (cx.now_ms + self.retention_ms, self.next_id);
-        let idempotency_key: Arc<str> = idempotency_key.into();
         self.keys.insert(
-            idempotency_key.clone(),
+            held_as,
             KeyRecord {
                 action,
                 inputs: request.inputs.clone(),
@@ -218,13 +222,13 @@ impl Payments {
                 expiry_slot,
             },
         );
-        self.expiry.insert(expiry_slot, idempotency_key.clone());
+        self.expiry.insert(expiry_slot, held_as);
         match self.by_run.get_mut(request.run_id) {
-            Some(run) => run.push((idempotency_key, shared_id)),
+            Some(run) => run.push((held_as, object_id.clone())),
             None => {
                 // Room for a second create in the same run (a customer and a charge).
                 let mut run = Vec::with_capacity(2);
-                run.push((idempotency_key, shared_id));
+                run.push((held_as, object_id.clone()));
                 self.by_run.insert(request.run_id.into(), run);
             }
         }
@@ -276,10 +280,10 @@ impl Api for Payments {
 
     fn forget_run(&mut self, run_id: &str) {
         for (key, object_id) in self.by_run.remove(run_id).unwrap_or_default() {
-            if let Some(record) = self.keys.remove(&*key) {
+            if let Some(record) = self.keys.remove(&key) {
                 self.expiry.remove(&record.expiry_slot);
             }
-            self.objects_by_id.remove(&*object_id);
+            self.objects_by_id.remove(&object_id);
         }
         self.customers.forget_run(run_id);
     }
