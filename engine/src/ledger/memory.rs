@@ -20,6 +20,7 @@ use super::{
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
 use crate::webhook::{RUN_ID_HASH_BYTES, RUN_ID_PREFIX};
+use smallvec::SmallVec;
 
 /// The in-memory ledger. Cheap to create; `Send + Sync`.
 #[derive(Debug, Default)]
@@ -31,11 +32,12 @@ pub struct MemoryLedger {
 struct Inner {
     /// Held in the table itself (~250 bytes each): a read finds the record beside its key, not behind a pointer.
     steps: FastMap<Key, StepRecord>,
-    /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed).
-    keys_by_run: FastMap<CompactString, Vec<Key>>,
+    /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed). A
+    /// run has a few: up to four are held in the table, without a heap block of their own.
+    keys_by_run: FastMap<CompactString, SmallVec<[Key; 4]>>,
     plans: FastMap<Key, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
-    plans_by_run: FastMap<CompactString, Vec<Key>>,
+    plans_by_run: FastMap<CompactString, SmallVec<[Key; 1]>>,
     runs: FastMap<CompactString, RunRecord>,
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run (it sorts them).
     unfinished: FastSet<CompactString>,
@@ -255,29 +257,28 @@ impl Inner {
         if let Some(existing) = self.plans.get(key) {
             return existing.plan.clone();
         }
-        file_under_run(&mut self.plans_by_run, run_id, *key, 1);
+        file_under_run(&mut self.plans_by_run, run_id, *key);
         self.plans.insert(*key, Plan { plan: plan.to_vec() });
         plan.to_vec()
     }
 }
 
-/// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key), in a list
-/// with room for `capacity` keys when it is new.
-fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, key: Key, capacity: usize) {
+/// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key); the list
+/// holds as many as its array inline and moves to the heap beyond.
+fn file_under_run<A: smallvec::Array<Item = Key>>(
+    by_run: &mut FastMap<CompactString, SmallVec<A>>,
+    run_id: &str,
+    key: Key,
+) {
     match by_run.get_mut(run_id) {
         Some(keys) => keys.push(key),
         None => {
-            let mut keys = Vec::with_capacity(capacity);
+            let mut keys = SmallVec::new();
             keys.push(key);
             by_run.insert(run_id.into(), keys);
         }
     }
 }
-
-/// A run's list of keys starts with room for this many: a run has a few keys, and a list made for one would be
-/// reallocated at the second (a `Vec` grows from one straight to four). Its plans start with room for one: most runs
-/// record one plan or none.
-const RUN_KEYS_CAPACITY: usize = 4;
 
 /// The ids of a set, sorted (the listings promise id order).
 fn sorted(ids: &FastSet<CompactString>) -> Vec<String> {
@@ -302,7 +303,7 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         match transition::claim(inner.steps.get_mut(&claim.key), claim)? {
             ClaimEffect::Insert(record, granted) => {
-                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, RUN_KEYS_CAPACITY);
+                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key);
                 inner.steps.insert(claim.key, record);
                 Ok(granted)
             }
