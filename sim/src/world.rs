@@ -761,6 +761,8 @@ struct Shared {
     network: Network,
     /// The built-in workflows, parsed once: every worker incarnation registers copies (a restart must not re-parse).
     workflows: Vec<engine::workflow::Workflow>,
+    /// The webhook source of each workflow of the mix, as the front door knows it: made once, not per delivery.
+    webhook_sources: BTreeMap<String, engine::webhook::Source>,
 }
 
 impl Shared {
@@ -1275,12 +1277,12 @@ async fn generate(world: Arc<Shared>, api: Arc<Engine>) {
 pub const WEBHOOK_SOURCE: &str = "payments";
 const WEBHOOK_SECRET: &[u8] = b"whsec_flowsim";
 
-fn webhook_source(world: &Shared, workflow: &str) -> engine::webhook::Source {
+fn webhook_source(knobs: &crate::profile::WorldKnobs, workflow: &str) -> engine::webhook::Source {
     engine::webhook::Source {
         name: WEBHOOK_SOURCE.to_owned(),
         secret: Some(WEBHOOK_SECRET.to_vec()),
         tolerance_ms: 300_000,
-        dedup_by_object: world.config.profile.world.webhook_dedup_by_object,
+        dedup_by_object: knobs.webhook_dedup_by_object,
         workflow: workflow.to_owned(),
     }
 }
@@ -1359,7 +1361,8 @@ fn deliver(
             event_type: Some(event.event_type.to_owned()),
         };
         world.world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
-        match api.intake_webhook(&webhook_source(world, workflow), &incoming) {
+        let source = world.webhook_sources.get(workflow).expect("a change's workflow is one of the mix's");
+        match api.intake_webhook(source, &incoming) {
             Ok(Intake::Started { run_id }) => {
                 if forged {
                     world.violation("I6", format!("forged delivery {} started run {run_id}", delivery.event_id));
@@ -1615,6 +1618,12 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         api: Mutex::new(None),
         network: Network::new(),
         workflows: workflows::compiled_for(&config.profile),
+        webhook_sources: config
+            .profile
+            .mix
+            .keys()
+            .map(|workflow| (workflow.clone(), webhook_source(&config.profile.world, workflow)))
+            .collect(),
         config,
     });
     let supervisor = handle.create_node().name("supervisor").build();
