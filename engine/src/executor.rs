@@ -52,6 +52,7 @@ use crate::key::{self, Key};
 use crate::ledger::{self, Claim, Claimed, Completion, Ledger, Resolution, ResolutionRecord, RunRecord, Status};
 use crate::webhook;
 use crate::workflow::{self, StepKind, StepOutput, Template, Workflow};
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -798,7 +799,9 @@ impl Engine {
         let trigger = held_trigger
             .or(stored_trigger.as_ref())
             .expect("parsed above unless an edited trigger or the stored document is given");
-        let mut outputs: Vec<StepOutput> = Vec::with_capacity(compiled.kinds.len());
+        // The outputs of a workflow's first steps are held in the drive's own state (a workflow has a few steps), not
+        // in a heap block of their own that every later step would read.
+        let mut outputs: SmallVec<[StepOutput; 4]> = SmallVec::new();
         for ((step, kind), &output_needed) in
             compiled.workflow.steps.iter().zip(&compiled.kinds).zip(&compiled.output_needed)
         {
