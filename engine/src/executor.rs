@@ -766,7 +766,7 @@ impl Engine {
                     };
                 }
                 let trigger =
-                    (!ends_here && !walking && !known_is_stored).then(|| serde_json::from_slice::<Doc>(&run.trigger));
+                    (!ends_here && !walking && !known_is_stored).then(|| crate::doc::from_slice::<Doc>(&run.trigger));
                 // The compiled workflow, found by the record's name without copying it (the name is copied only to
                 // report a workflow this engine does not know).
                 let compiled =
@@ -1015,7 +1015,7 @@ impl Engine {
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
         let writes: Vec<PlannedAction> = match built {
             Some(writes) => writes,
-            None => serde_json::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?,
+            None => crate::doc::from_slice(plan).map_err(|e| corrupt(&e.to_string()))?,
         };
         self.observer.event(&Event::PlanRecorded {
             run_id,
@@ -1107,7 +1107,7 @@ impl Engine {
                             record.output.as_deref().unwrap_or_else(|| panic!("succeeded key {key} has no output"));
                         // An output no later step names stands as `null`: nothing in this drive reads it.
                         let output = if job.output_needed {
-                            serde_json::from_slice(bytes)
+                            crate::doc::from_slice(bytes)
                                 .map_err(|e| Error::Corrupt(format!("output of key {key}: {e}")))?
                         } else {
                             Doc::Null
