@@ -30,8 +30,8 @@ pub struct MemoryLedger {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Held in the table itself (~250 bytes each): a read finds the record beside its key, not behind a pointer.
-    steps: FastMap<Key, StepRecord>,
+    /// Boxed: a record is ~250 bytes, and the table moves its values when it grows.
+    steps: FastMap<Key, Box<StepRecord>>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed). A
     /// run has a few: up to four are held in the table, without a heap block of their own.
     keys_by_run: FastMap<CompactString, SmallVec<[Key; 4]>>,
@@ -291,20 +291,20 @@ fn sorted(ids: &FastSet<CompactString>) -> Vec<String> {
 
 impl Ledger for MemoryLedger {
     fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-        Ok(self.lock().steps.get(key).cloned())
+        Ok(self.lock().steps.get(key).map(|record| StepRecord::clone(record)))
     }
 
     fn inspect(&self, key: &Key, read: &mut dyn FnMut(Option<&StepRecord>)) -> Result<()> {
-        read(self.lock().steps.get(key));
+        read(self.lock().steps.get(key).map(|record| &**record));
         Ok(())
     }
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         let mut inner = self.lock();
-        match transition::claim(inner.steps.get_mut(&claim.key), claim)? {
+        match transition::claim(inner.steps.get_mut(&claim.key).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
                 file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key);
-                inner.steps.insert(claim.key, record);
+                inner.steps.insert(claim.key, Box::new(record));
                 Ok(granted)
             }
             ClaimEffect::Updated(granted) => Ok(granted),
@@ -314,12 +314,12 @@ impl Ledger for MemoryLedger {
 
     fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::complete(inner.steps.get_mut(key), key, fence, completion, now_ms).map(|_| ())
+        transition::complete(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, completion, now_ms).map(|_| ())
     }
 
     fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
         let mut inner = self.lock();
-        transition::renew(inner.steps.get_mut(key), key, fence, lease_expiry_ms)
+        transition::renew(inner.steps.get_mut(key).map(|r| &mut **r), key, fence, lease_expiry_ms)
     }
 
     fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], _now_ms: u64) -> Result<Vec<u8>> {
