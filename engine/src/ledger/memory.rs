@@ -20,7 +20,6 @@ use super::{
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
 use crate::webhook::{RUN_ID_HASH_BYTES, RUN_ID_PREFIX};
-use smallvec::SmallVec;
 
 /// The in-memory ledger. Cheap to create; `Send + Sync`.
 #[derive(Debug, Default)]
@@ -34,10 +33,10 @@ struct Inner {
     steps: FastMap<Key, Box<StepRecord>>,
     /// Run id → the keys of its step records, in insertion order (a key is inserted once, when first claimed). A
     /// run has a few: up to four are held in the table, without a heap block of their own.
-    keys_by_run: FastMap<CompactString, SmallVec<[Key; 4]>>,
+    keys_by_run: FastMap<CompactString, Vec<Key>>,
     plans: FastMap<Key, Plan>,
     /// Run id → the keys of its plans. Plans whose run is unknown (no step record, no run id given) are not indexed.
-    plans_by_run: FastMap<CompactString, SmallVec<[Key; 1]>>,
+    plans_by_run: FastMap<CompactString, Vec<Key>>,
     runs: FastMap<CompactString, RunRecord>,
     /// Ids of pending or running runs, kept beside `runs` so the listing does not scan every run (it sorts them).
     unfinished: FastSet<CompactString>,
@@ -257,7 +256,7 @@ impl Inner {
         if let Some(existing) = self.plans.get(key) {
             return existing.plan.clone();
         }
-        file_under_run(&mut self.plans_by_run, run_id, *key);
+        file_under_run(&mut self.plans_by_run, run_id, *key, 1);
         self.plans.insert(*key, Plan { plan: plan.to_vec() });
         plan.to_vec()
     }
@@ -265,15 +264,11 @@ impl Inner {
 
 /// Adds `key` to the keys of `run_id` (whose id, inline up to 24 bytes, is copied only for its first key); the list
 /// holds as many as its array inline and moves to the heap beyond.
-fn file_under_run<A: smallvec::Array<Item = Key>>(
-    by_run: &mut FastMap<CompactString, SmallVec<A>>,
-    run_id: &str,
-    key: Key,
-) {
+fn file_under_run(by_run: &mut FastMap<CompactString, Vec<Key>>, run_id: &str, key: Key, capacity: usize) {
     match by_run.get_mut(run_id) {
         Some(keys) => keys.push(key),
         None => {
-            let mut keys = SmallVec::new();
+            let mut keys = Vec::with_capacity(capacity);
             keys.push(key);
             by_run.insert(run_id.into(), keys);
         }
@@ -303,7 +298,7 @@ impl Ledger for MemoryLedger {
         let mut inner = self.lock();
         match transition::claim(inner.steps.get_mut(&claim.key).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
-                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key);
+                file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, 4);
                 inner.steps.insert(claim.key, Box::new(record));
                 Ok(granted)
             }
