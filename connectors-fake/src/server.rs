@@ -30,9 +30,9 @@ use engine::clock::Clock;
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request, pin_in_place};
 use engine::doc::{Doc, Obj, Str};
 use engine::ledger::CompactString;
+use smallvec::{SmallVec, smallvec};
 // A spin lock: a fake's state is locked around every request but never contended in the simulation (one thread), and
 // releasing a spin lock is a plain store where std's `Mutex` swaps atomically (docs/speed.md, stop 27).
-use smallvec::{SmallVec, smallvec};
 use spin::Mutex;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
