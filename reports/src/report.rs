@@ -124,6 +124,9 @@ pub struct ActionRow {
 pub struct InvariantRow {
     pub id: String,
     pub holds: bool,
+    /// False when no run checked it (I9 without `--check-determinism`): `holds` then claims nothing.
+    #[serde(default = "checked_by_default")]
+    pub checked: bool,
     pub violations: u64,
     pub first_violation: Option<String>,
 }
@@ -240,6 +243,7 @@ fn policy_section(results: Results) -> PolicySection {
                 .map(|(id, i)| InvariantRow {
                     id: id.clone(),
                     holds: i.holds,
+                    checked: i.checked,
                     violations: i.violations,
                     first_violation: i.first_violation.clone(),
                 })
@@ -352,6 +356,24 @@ pub enum Block {
     },
     /// HTML only (Markdown on GitHub would strip inline SVG).
     Chart(BarChart),
+}
+
+fn checked_by_default() -> bool {
+    true
+}
+
+/// The headline's line when no invariant broke: says which were not checked rather than counting them as held.
+fn invariants_held(rows: &[InvariantRow]) -> String {
+    let unchecked: Vec<&str> = rows.iter().filter(|i| !i.checked).map(|i| i.id.as_str()).collect();
+    if unchecked.is_empty() {
+        return format!("Invariants: all {} held", rows.len());
+    }
+    format!(
+        "Invariants: all {} checked held; not checked: {} (I9, determinism, is checked by `flowsim run \
+         --check-determinism` and by `flowsim check`)",
+        rows.len() - unchecked.len(),
+        unchecked.join(", ")
+    )
 }
 
 fn thousands(n: u64) -> String {
@@ -467,7 +489,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                 }
             ),
             if broken.is_empty() {
-                format!("Invariants: all {} held", section.invariants.len())
+                invariants_held(&section.invariants)
             } else {
                 format!("Invariants BROKEN: {}", broken.join(", "))
             },
@@ -635,7 +657,12 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                     vec![
                         p.policy.clone(),
                         i.id.clone(),
-                        if i.holds { "yes" } else { "NO" }.to_string(),
+                        match (i.holds, i.checked) {
+                            (false, _) => "NO",
+                            (true, true) => "yes",
+                            (true, false) => "not checked",
+                        }
+                        .to_string(),
                         thousands(i.violations),
                         i.first_violation.clone().unwrap_or_default(),
                     ]

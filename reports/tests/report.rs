@@ -185,3 +185,27 @@ fn markdown_escapes_table_text_and_a_canary_does_not_break_the_report() {
         "{md}"
     );
 }
+
+#[test]
+fn an_invariant_no_run_checked_is_not_reported_as_held() {
+    // A plain `flowsim run` does not check I9 (determinism): its results say `checked: false`, `holds: true`.
+    let unchecked = |mut r: Results| {
+        r.invariants.get_mut("I9").expect("every invariant is listed").checked = false;
+        r
+    };
+    let md = render_markdown(&build_report(&[unchecked(rules(1, 500, 0))], None).unwrap());
+    assert!(md.contains("| rules | I9 | not checked | 0 |  |"), "{md}");
+    assert!(md.contains("Invariants: all 9 checked held; not checked: I9"), "{md}");
+    assert!(!md.contains("all 10 held"), "{md}");
+    // Merged with a run that did check it, the merged result still has not been checked by every run.
+    let md = render_markdown(&build_report(&[unchecked(rules(1, 500, 0)), rules(2, 500, 0)], None).unwrap());
+    assert!(md.contains("| rules | I9 | not checked | 0 |  |"), "{md}");
+    // A violation shows whatever else was not checked.
+    let mut broken = unchecked(rules(1, 500, 0));
+    let i9 = broken.invariants.get_mut("I9").unwrap();
+    i9.holds = false;
+    i9.violations = 1;
+    let md = render_markdown(&build_report(&[broken], None).unwrap());
+    assert!(md.contains("| rules | I9 | NO | 1 |"), "{md}");
+    assert!(md.contains("Invariants BROKEN: I9 (1 violations)"), "{md}");
+}

@@ -203,6 +203,8 @@ impl Results {
                 }
                 Some(ours) => {
                     ours.holds &= theirs.holds;
+                    // Checked only when every merged result checked it; a violation shows all the same (`holds`).
+                    ours.checked &= theirs.checked;
                     ours.violations += theirs.violations;
                     if ours.first_violation.is_none() {
                         ours.first_violation.clone_from(&theirs.first_violation);
