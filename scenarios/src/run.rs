@@ -286,7 +286,7 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
     #[allow(clippy::disallowed_methods, reason = "wall time is measured outside the simulation, for the report only")]
     let started = std::time::Instant::now();
     let bar = show_progress.then(|| progress_bar(prepared.steps, progress.clone()));
-    let outcomes: Vec<sim::world::Outcome> = std::thread::scope(|scope| {
+    let mut outcomes: Vec<sim::world::Outcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = configs
             .into_iter()
             .zip(progress.iter().cloned())
@@ -303,7 +303,7 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
         bar.finish();
     }
     let wall_seconds = started.elapsed().as_secs_f64();
-    let trace = outcomes.iter().find_map(|o| o.trace_text.clone());
+    let trace = shards_trace(&mut outcomes, args);
     let mut results = Results::merge_all(outcomes.iter().map(|o| &o.results)).expect("at least one shard");
     results.seed = args.seed;
     results.repro = repro;
@@ -311,6 +311,38 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
     results.steps_per_second = if wall_seconds > 0.0 { results.steps as f64 / wall_seconds } else { 0.0 };
     results.peak_rss_bytes = peak_rss_bytes();
     (results, trace)
+}
+
+/// The readable trace of a run split into shards, and each shard's first violations named with their shard.
+///
+/// Every shard numbers its runs from `run-0`, so with more than one shard a run id alone is ambiguous: a violation's
+/// description is prefixed with its shard, and the trace is the one of the first shard that broke an invariant (the
+/// events around its first violation), or shard 0's when none did. With `--trace-run`, every shard's events of that
+/// run id are kept, each under its shard's heading.
+#[cfg(madsim)]
+fn shards_trace(outcomes: &mut [sim::world::Outcome], args: &RunArgs) -> Option<String> {
+    let jobs = outcomes.len();
+    if jobs <= 1 {
+        return outcomes.first().and_then(|o| o.trace_text.clone());
+    }
+    for (i, outcome) in outcomes.iter_mut().enumerate() {
+        for invariant in outcome.results.invariants.values_mut() {
+            if let Some(first) = &mut invariant.first_violation {
+                *first = format!("shard {i} of {jobs}: {first}");
+            }
+        }
+    }
+    let heading = |i: usize| format!("# shard {i} of {jobs} (its runs are numbered from run-0 like every shard's)\n");
+    if args.trace_run.is_some() {
+        let texts: Vec<String> = outcomes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.trace_text.as_ref().map(|text| heading(i) + text))
+            .collect();
+        return (!texts.is_empty()).then(|| texts.concat());
+    }
+    let shard = outcomes.iter().position(|o| !o.results.all_hold()).unwrap_or(0);
+    outcomes[shard].trace_text.as_ref().map(|text| heading(shard) + text)
 }
 
 /// A progress bar with steps/s and ETA, fed from the shards' counters by a thread outside the simulation.

@@ -146,3 +146,25 @@ fn output_files_that_cannot_be_written_are_exit_2_before_the_run() {
     }
     assert!(!missing.parent().expect("a parent").exists(), "the check created nothing");
 }
+
+/// Every shard numbers its runs from run-0: with `--jobs`, a violation names its shard, and the readable trace is the
+/// one of the shard that broke the invariant (not always shard 0's), around its first violation.
+#[test]
+fn with_shards_the_trace_is_of_the_shard_that_broke_an_invariant() {
+    let mut run = args("canary", 10, 400, Policy::Rules);
+    run.jobs = 2;
+    run.trace = Some(std::path::PathBuf::from("trace.txt"));
+    let prepared = prepare(&run.scenario, run.seed, run.steps).expect("a catalogue scenario prepares");
+    let (results, trace) = execute(&run, &prepared, false);
+    let first = results.invariants["I1"].first_violation.clone().expect("the canary duplicates");
+    let shard = first.split(':').next().expect("a prefix").to_owned();
+    assert!(shard.starts_with("shard ") && shard.ends_with(" of 2"), "{first}");
+    let trace = trace.expect("a trace was asked for");
+    assert!(trace.starts_with(&format!("# {shard} ")), "the trace is not of {shard}:\n{trace}");
+    assert!(trace.contains("!!! first violation"), "{trace}");
+    // With --trace-run, the run's events in every shard, each under its shard's heading.
+    run.trace_run = Some("run-6".into());
+    let (_, trace) = execute(&run, &prepared, false);
+    let trace = trace.expect("a trace was asked for");
+    assert!(trace.starts_with("# shard 0 of 2") && trace.contains("\n# shard 1 of 2"), "{trace}");
+}
