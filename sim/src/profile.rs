@@ -206,10 +206,28 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
     if !(w.run_rate_per_s > 0.0 && w.run_rate_per_s.is_finite()) {
         return Err(Error(format!("world.run_rate_per_s = {} must be a positive number", w.run_rate_per_s)));
     }
-    if profile.mix.is_empty()
-        || profile.mix.values().any(|v| !(*v >= 0.0 && v.is_finite()))
-        || profile.mix.values().sum::<f64>() <= 0.0
-    {
+    let means = [
+        ("world.crash_interval_s_mean", w.crash_interval_s_mean),
+        ("world.cut_interval_s_mean", w.cut_interval_s_mean),
+        ("world.stall_interval_s_mean", w.stall_interval_s_mean),
+    ];
+    for (name, v) in means {
+        if !(v >= 0.0 && v.is_finite()) {
+            return Err(Error(format!("{name} = {v} must be a number of seconds of 0 or more (0 turns it off)")));
+        }
+    }
+    // A lease of zero expires as it is taken: every key would fail as "half the lease was spent".
+    if w.lease_ms == 0 {
+        return Err(Error("world.lease_ms must be at least 1".into()));
+    }
+    if let Some((name, v)) = profile.mix.iter().find(|(_, v)| !(**v >= 0.0 && v.is_finite())) {
+        return Err(Error(format!("mix.{name} = {v} must be a finite weight of 0 or more")));
+    }
+    let total: f64 = profile.mix.values().sum();
+    if !total.is_finite() {
+        return Err(Error(format!("the mix's weights add up to {total}: scale them down")));
+    }
+    if total <= 0.0 {
         return Err(Error("mix must give at least one workflow a positive weight".into()));
     }
     Ok(())
@@ -259,12 +277,10 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
                 let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
                 match into.get_mut(k) {
                     Some(existing) if existing.is_table() && v.is_table() => merge(existing, v, &path)?,
-                    Some(existing) => {
-                        // Integers are accepted where floats are expected (`rate = 1`).
-                        *existing = match (&*existing, v) {
-                            (toml::Value::Float(_), toml::Value::Integer(i)) => toml::Value::Float(*i as f64),
-                            _ => v.clone(),
-                        }
+                    Some(existing) if existing.is_table() => return Err(Error(format!("{path} must be a table"))),
+                    Some(existing) => *existing = knob_value(existing, v, &path)?,
+                    None if at == "mix" && !matches!(v, toml::Value::Float(_) | toml::Value::Integer(_)) => {
+                        return Err(Error(format!("{path} = {v} must be a number (the workflow's weight)")));
                     }
                     None if at == "connectors"
                         || at == "mix"
@@ -283,6 +299,21 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
             Ok(())
         }
         _ => Err(Error(format!("{at} must be a table"))),
+    }
+}
+
+/// A knob's new value, checked against the type of its default so that a wrong one is named here (the profile's
+/// deserialisation would say only "invalid type"). Integers are accepted where floats are expected (`rate = 1`).
+fn knob_value(default: &toml::Value, v: &toml::Value, path: &str) -> Result<toml::Value, Error> {
+    use toml::Value::{Boolean, Float, Integer, String};
+    match (default, v) {
+        (Float(_), Integer(i)) => Ok(Float(*i as f64)),
+        (Float(_), Float(_)) | (Boolean(_), Boolean(_)) | (String(_), String(_)) => Ok(v.clone()),
+        (Integer(_), Integer(i)) if *i >= 0 => Ok(v.clone()),
+        (Integer(_), _) => Err(Error(format!("{path} = {v} must be a whole number of 0 or more"))),
+        (Float(_), _) => Err(Error(format!("{path} = {v} must be a number"))),
+        (Boolean(_), _) => Err(Error(format!("{path} = {v} must be true or false"))),
+        _ => Err(Error(format!("{path} = {v} must be a {}", default.type_str()))),
     }
 }
 

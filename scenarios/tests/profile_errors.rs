@@ -1,0 +1,46 @@
+//! A profile file with a wrong knob is refused before any simulation, with a message that names the knob and what
+//! it must be (the CLI turns it into exit 2).
+
+use scenarios::run::prepare;
+
+fn error_of(toml: &str) -> String {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    std::fs::write(&file, toml).expect("write the profile");
+    match prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {
+        Ok(_) => panic!("accepted:\n{toml}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn wrong_knobs_are_named_with_what_they_must_be() {
+    let cases = [
+        ("[connectors.payments]\ntimeout_after_commit_p = \"0.1\"\n", "connectors.payments.timeout_after_commit_p"),
+        ("[connectors.payments]\ntimeout_after_commit_p = \"0.1\"\n", "must be a number"),
+        ("[world]\nworkers = -1\n", "world.workers = -1 must be a whole number of 0 or more"),
+        ("[world]\nlease_ms = 1.5\n", "world.lease_ms = 1.5 must be a whole number"),
+        ("[world]\nwebhook_dedup_by_object = 1\n", "world.webhook_dedup_by_object = 1 must be true or false"),
+        ("[[world]]\nworkers = 2\n", "world must be a table"),
+        ("[world]\nlease_ms = 0\n", "world.lease_ms must be at least 1"),
+        ("[world]\ncrash_interval_s_mean = -1.0\n", "world.crash_interval_s_mean = -1 must be a number of seconds"),
+        ("[world]\nstall_interval_s_mean = nan\n", "world.stall_interval_s_mean = NaN"),
+        ("[mix]\nsignup = 1.0\ncheckout = -1.0\n", "mix.checkout = -1 must be a finite weight of 0 or more"),
+        ("[mix]\nsignup = 1.0\ncheckout = inf\n", "mix.checkout = inf must be a finite weight"),
+        ("[mix]\nsignup = 1e308\ncheckout = 1e308\n", "the mix's weights add up to inf"),
+        ("[mix]\nsignup = \"a lot\"\n", "mix.signup = \"a lot\" must be a number"),
+    ];
+    for (toml, want) in cases {
+        let error = error_of(toml);
+        assert!(error.contains(want), "for\n{toml}the error {error:?} does not say {want:?}");
+    }
+}
+
+#[test]
+fn integers_still_set_float_knobs_and_zero_weights_are_fine() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    std::fs::write(&file, "[world]\nrun_rate_per_s = 20\n[mix]\nsignup = 1\ncheckout = 0\n").expect("write");
+    let prepared = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)).expect("a valid profile");
+    assert_eq!(prepared.profile.world.run_rate_per_s, 20.0);
+}
