@@ -89,13 +89,14 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
     let steps_file =
         spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));
     let steps = match (steps, steps_file) {
+        (Some(0), _) => return Err("--steps must be at least 1".into()),
         (Some(s), _) => s,
-        (None, Some(s)) => u64::try_from(s?).map_err(|_| format!("{name}: steps must be positive"))?,
+        (None, Some(s)) => match u64::try_from(s?) {
+            Ok(s) if s > 0 => s,
+            _ => return Err(format!("{name}: steps must be at least 1")),
+        },
         (None, None) => steps_default,
     };
-    if steps == 0 {
-        return Err("--steps must be at least 1".into());
-    }
     let base = catalogue::base_for(&spec);
     if let Some(toml::Value::Table(connectors)) = spec.get("connectors") {
         for c in connectors.keys() {

@@ -4,10 +4,14 @@
 use scenarios::run::prepare;
 
 fn error_of(toml: &str) -> String {
+    error_with_steps(toml, Some(100))
+}
+
+fn error_with_steps(toml: &str, steps: Option<u64>) -> String {
     let dir = tempfile::tempdir().expect("a temp dir");
     let file = dir.path().join("profile.toml");
     std::fs::write(&file, toml).expect("write the profile");
-    match prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {
+    match prepare(file.to_str().expect("a UTF-8 path"), 1, steps) {
         Ok(_) => panic!("accepted:\n{toml}"),
         Err(e) => e,
     }
@@ -43,4 +47,37 @@ fn integers_still_set_float_knobs_and_zero_weights_are_fine() {
     std::fs::write(&file, "[world]\nrun_rate_per_s = 20\n[mix]\nsignup = 1\ncheckout = 0\n").expect("write");
     let prepared = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)).expect("a valid profile");
     assert_eq!(prepared.profile.world.run_rate_per_s, 20.0);
+}
+
+#[test]
+fn a_defined_workflow_naming_a_trigger_field_no_trigger_carries_is_refused() {
+    let workflow = |field: &str| {
+        format!(
+            "[mix]\nrefund = 1.0\n[workflows.refund]\nname = \"refund\"\n[[workflows.refund.steps]]\n\
+             id = \"refund-customer\"\naction = \"payments.create_customer\"\n\
+             inputs = {{ email = \"{{{{trigger.{field}}}}}\" }}\n"
+        )
+    };
+    let error = error_of(&workflow("emial"));
+    assert!(error.contains("{{trigger.emial}} names a field the simulation's triggers do not carry"), "{error}");
+    assert!(error.contains("email, name, amount"), "{error}");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    std::fs::write(&file, workflow("email")).expect("write");
+    prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)).expect("a field every trigger carries");
+    // The list is the triggers' own members.
+    let trigger = sim::workflows::trigger("signup", 1, &mut connectors_fake::rng::Rng::new(1));
+    let members: Vec<&str> = trigger.as_object().expect("an object").members().iter().map(|(k, _)| &**k).collect();
+    let mut fields = sim::workflows::TRIGGER_FIELDS.to_vec();
+    fields.sort_unstable();
+    let mut members = members;
+    members.sort_unstable();
+    assert_eq!(members, fields);
+}
+
+#[test]
+fn steps_zero_in_a_file_is_named_as_the_file_s() {
+    let error = error_with_steps("steps = 0\n", None);
+    assert!(error.contains("profile.toml: steps must be at least 1"), "{error}");
+    assert!(error_with_steps("", Some(0)).contains("--steps must be at least 1"));
 }

@@ -150,6 +150,12 @@ pub fn validate_defined(profile: &Profile) -> Result<(), String> {
             return Err(format!("{at}: its `name` is {:?}; it must be {name:?}, the table's key", def.name));
         }
         let compiled = Workflow::compile(def).map_err(|e| format!("{at}: {e}"))?;
+        if let Some(field) = unknown_trigger_field(def) {
+            return Err(format!(
+                "{at}: {{{{trigger.{field}}}}} names a field the simulation's triggers do not carry; they carry: {}",
+                TRIGGER_FIELDS.join(", ")
+            ));
+        }
         for step in &compiled.steps {
             let used: Vec<&str> = match &step.kind {
                 StepKind::Action { action, .. } => vec![action.as_str()],
@@ -250,6 +256,20 @@ pub fn expected_writes(profile: &Profile, workflow: &str) -> u64 {
         "assist" => 2,
         _ => 1,
     }
+}
+
+/// The members of every trigger [`trigger`] makes: what a defined workflow's `{{trigger.…}}` may name.
+pub const TRIGGER_FIELDS: [&str; 6] = ["email", "name", "amount", "ticket", "requested_at", "workflow"];
+
+/// The first `{{trigger.FIELD…}}` of a defined workflow whose field no trigger carries. The engine would render it
+/// as missing on every run; in a profile it is a typo, named before the simulation starts.
+fn unknown_trigger_field(def: &engine::workflow::WorkflowDef) -> Option<String> {
+    let text = serde_json::to_string(def).expect("a workflow definition serialises");
+    text.split("{{").skip(1).find_map(|after| {
+        let path = after.trim_start().strip_prefix("trigger.")?;
+        let field: String = path.chars().take_while(|c| !matches!(c, '.' | '}' | ' ' | '[')).collect();
+        (!TRIGGER_FIELDS.contains(&field.as_str())).then_some(field)
+    })
 }
 
 /// The trigger payload of run number `index`.
