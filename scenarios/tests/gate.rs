@@ -146,6 +146,21 @@ mod simulated {
         assert!(xml.contains("<failure"), "{xml}");
         assert!(xml.contains("reproduce with: cargo flowsim run --scenario"), "{xml}");
         assert!(xml.contains("upper bound"), "{xml}");
+        assert!(out.stdout.contains("budgets are judged by `flowsim check` only"), "{}", out.stdout);
+    }
+
+    #[test]
+    fn outside_the_workspace_the_default_budgets_are_the_built_in_copy() {
+        let dir = temp_dir("elsewhere");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(TINY)
+            .current_dir(&dir)
+            .env("CI", "1")
+            .output()
+            .expect("the flowsim binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("budgets budgets/release.toml (the copy built into flowsim)"), "{stdout}");
     }
 
     #[test]
