@@ -33,6 +33,7 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         ("[mix]\nsignup = 1.0\ncheckout = inf\n", "mix.checkout = inf must be a finite weight"),
         ("[mix]\nsignup = 1e308\ncheckout = 1e308\n", "the mix's weights add up to inf"),
         ("[mix]\nsignup = \"a lot\"\n", "mix.signup = \"a lot\" must be a number"),
+        ("[world]\nrun_rate_per_s = 1e-9\n", "world.run_rate_per_s = 0.000000001 must be a number of at least 0.001"),
     ];
     for (toml, want) in cases {
         let error = error_of(toml);

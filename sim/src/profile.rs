@@ -183,6 +183,9 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
     Ok(profile)
 }
 
+/// The slowest traffic a profile may ask for.
+const RUN_RATE_PER_S_MIN: f64 = 0.001;
+
 fn validate_world(profile: &Profile) -> Result<(), Error> {
     let w = &profile.world;
     let shares = [
@@ -203,8 +206,14 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
     if w.runs_in_flight_max == 0 {
         return Err(Error("world.runs_in_flight_max must be at least 1".into()));
     }
-    if !(w.run_rate_per_s > 0.0 && w.run_rate_per_s.is_finite()) {
-        return Err(Error(format!("world.run_rate_per_s = {} must be a positive number", w.run_rate_per_s)));
+    // Slower than this, the world's hourly housekeeping runs so often between two runs that a simulation of a few
+    // steps takes minutes of wall time (1e-9 ran past 30 s for 20 steps).
+    if !(w.run_rate_per_s >= RUN_RATE_PER_S_MIN && w.run_rate_per_s.is_finite()) {
+        return Err(Error(format!(
+            "world.run_rate_per_s = {} must be a number of at least {RUN_RATE_PER_S_MIN} (one run per 1,000 \
+             simulated seconds)",
+            w.run_rate_per_s
+        )));
     }
     let means = [
         ("world.crash_interval_s_mean", w.crash_interval_s_mean),
