@@ -2,8 +2,8 @@
 //!
 //! Contract (other crates build on these signatures):
 //! - [`canonicalize_bytes`] parses JSON text strictly and returns its canonical bytes, rejecting what cannot be
-//!   canonicalised (duplicate object keys, lone surrogates, numbers outside IEEE-754 doubles, invalid UTF-8, nesting
-//!   deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
+//!   canonicalised (duplicate object keys, lone surrogates, numbers no IEEE-754 double holds (see "Numbers"), invalid
+//!   UTF-8, nesting deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
 //! - [`write_value`] canonicalises an already parsed document: a `serde_json::Value` (whatever serde_json's
 //!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]).
 //!
@@ -21,12 +21,17 @@
 //! Numbers: JSON text is read as doubles, rounded to nearest as RFC 8785 requires, except in three cases that are
 //! rejected with [`Error::NumberOutOfRange`] because rounding would silently merge distinct inputs into one key:
 //! a literal whose magnitude overflows to infinity (`1e400`), a literal with a non-zero digit that underflows to zero
-//! (`1e-400`), and an integer literal (no fraction, no exponent) that its double neither equals exactly nor spells
-//! (`9007199254740993`: a double would turn it into `...992`). "Spells" keeps the canonical form a fixed point:
-//! ECMAScript prints the double 2^68 as `295147905179352830000`, which is not its exact value
-//! (`295147905179352825856`), yet both literals are accepted and canonicalise to the former. The same rule holds for a
-//! parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript spelling
-//! is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are accepted).
+//! (`1e-400`), and a literal whose value is an integer that its double neither equals exactly nor spells
+//! (`9007199254740993`: a double would turn it into `...992`). The rule reads the literal's value, not its notation:
+//! `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too, while `0.1` or
+//! `9007199254740993.5` are not integers and round. "Spells" keeps the canonical form a fixed point: ECMAScript prints
+//! the double 2^68 as `295147905179352830000`, which is not its exact value (`295147905179352825856`), yet both
+//! literals are accepted and canonicalise to the former; likewise `1e23` and `100000000000000000000000` are the value
+//! of `1e+23`, the canonical spelling of the double 99999999999999991611392, and canonicalise to it. The same rule
+//! holds for a parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript
+//! spelling is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are
+//! accepted). A parsed `Value` has lost the notation of its text (serde_json reads `9007199254740993.0` as the double
+//! `...992`), so text is held to this rule only by [`canonicalize_bytes`].
 //!
 //! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
 //! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
@@ -55,7 +60,7 @@ pub enum Error {
         offset: usize,
     },
     /// A number no IEEE-754 double stands for without merging it with another input: overflow, underflow of a
-    /// non-zero literal, or an integer that is not exactly a double (see the module docs).
+    /// non-zero literal, or an integer (in any notation) that is not exactly a double (see the module docs).
     NumberOutOfRange {
         text: String,
         offset: usize,
@@ -74,14 +79,16 @@ impl std::fmt::Display for Error {
             Error::DuplicateKey { key, offset } => write!(f, "duplicate object key {key:?} at byte {offset}"),
             Error::LoneSurrogate { offset } => write!(f, "lone UTF-16 surrogate in a string at byte {offset}"),
             Error::NumberOutOfRange { text, offset } => {
-                if is_integer_literal(text) {
-                    write!(
+                // The text alone tells the cases apart: a literal whose double is finite and not zero was rejected
+                // as an integer that no double holds exactly.
+                let nearest = text.parse::<f64>().ok().filter(|d| d.is_finite() && *d != 0.0);
+                match (nearest, Decimal::parse(text).integer_text()) {
+                    (Some(nearest), Some(integer)) => write!(
                         f,
-                        "number {text} at byte {offset} is outside the range of IEEE-754 doubles \
-                         (an integer no double represents exactly)"
-                    )
-                } else {
-                    write!(f, "number {text} at byte {offset} is outside the range of IEEE-754 doubles")
+                        "number {text} at byte {offset}: the integer {integer} cannot be represented exactly as an \
+                         IEEE-754 double (the nearest is {nearest:.0}); send it as a string"
+                    ),
+                    _ => write!(f, "number {text} at byte {offset} is outside the range of IEEE-754 doubles"),
                 }
             }
             Error::TooDeep { depth_max, offset } => {
@@ -271,10 +278,6 @@ fn utf16_rank(byte: u8) -> u16 {
         0xEE | 0xEF => u16::from(byte) + 0x10,
         _ => u16::from(byte),
     }
-}
-
-fn is_integer_literal(text: &str) -> bool {
-    !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
 }
 
 /// 2^53: every integer of at most this magnitude is an exact double.
@@ -782,7 +785,6 @@ impl<'a> Parser<'a> {
         if self.peek() == Some(b'-') {
             self.pos += 1;
         }
-        let int_start = self.pos;
         match self.peek() {
             Some(b'0') => self.pos += 1,
             Some(b'1'..=b'9') => {
@@ -790,17 +792,13 @@ impl<'a> Parser<'a> {
             }
             _ => return Err(self.syntax("expected a digit in a number")),
         }
-        let int_digits = self.pos - int_start;
-        let mut integer = true;
         if self.peek() == Some(b'.') {
-            integer = false;
             self.pos += 1;
             if self.digits() == 0 {
                 return Err(self.syntax("expected a digit after the decimal point"));
             }
         }
         if let Some(b'e' | b'E') = self.peek() {
-            integer = false;
             self.pos += 1;
             if let Some(b'+' | b'-') = self.peek() {
                 self.pos += 1;
@@ -823,14 +821,97 @@ impl<'a> Parser<'a> {
                 return Err(out_of_range());
             }
         }
-        if integer && int_digits > 15 {
-            // Up to 15 digits is below 2^53, always exact; a longer integer literal must be the double's exact value
-            // (Rust's fixed-precision formatting is exact) or its ECMAScript spelling.
-            let exact = format!("{:.0}", f.abs()) == self.text[int_start..self.pos];
-            return write_integer_double(exact, f, text, out).map_err(|()| out_of_range());
+        // Every integer of magnitude up to 2^53 is a double, and rounding is monotonic, so a literal whose double is
+        // below 2^53 in magnitude is such an integer or no integer at all: nothing to check, one comparison on the
+        // hot path. Larger doubles take the exact check, which reads the literal's value (digits, fraction and
+        // exponent), never its notation: `9007199254740993`, `9007199254740993.0` and `9.007199254740993e15` get one
+        // verdict.
+        if f.abs() < EXACT_INTEGER_MAX as f64 {
+            write_f64(f, out);
+            return Ok(());
         }
+        let written = out.len();
         write_f64(f, out);
+        if !large_literal_stands_for(text, f, &out[written..]) {
+            out.truncate(written);
+            return Err(out_of_range());
+        }
         Ok(())
+    }
+}
+
+/// Whether the literal `text`, whose double `f` is at least 2^53 in magnitude and is written `canonical`, may stand
+/// for `f` (see the module docs on numbers): a literal that is not an integer rounds, as RFC 8785 requires; an integer
+/// must be `f`'s exact value or the value of `f`'s canonical spelling. The spelling is accepted so that canonical
+/// output parses back to the double it came from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23`
+/// (the spelling of 99999999999999991611392) are themselves canonical output.
+fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
+    let literal = Decimal::parse(text);
+    if !literal.is_integer() {
+        return true;
+    }
+    let canonical = std::str::from_utf8(canonical).expect("the canonical writer writes ASCII");
+    if literal == Decimal::parse(canonical) {
+        return true;
+    }
+    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits.
+    literal == Decimal::parse(&format!("{f:.0}"))
+}
+
+/// A number literal's exact value: `digits` x 10^`exponent`, with `digits` free of leading and trailing zeros (empty
+/// for zero, whose sign and exponent then do not matter), so that equal values compare equal whatever their notation.
+#[derive(Debug)]
+struct Decimal {
+    negative: bool,
+    digits: String,
+    exponent: i64,
+}
+
+impl PartialEq for Decimal {
+    fn eq(&self, other: &Decimal) -> bool {
+        if self.digits.is_empty() || other.digits.is_empty() {
+            return self.digits.is_empty() && other.digits.is_empty();
+        }
+        (self.negative, &self.digits, self.exponent) == (other.negative, &other.digits, other.exponent)
+    }
+}
+
+impl Decimal {
+    /// Reads a JSON number literal or an ECMAScript spelling of a number (`1e+23`, `-5e-324`). An exponent too large
+    /// for an `i64` saturates, which still compares unequal to every finite double's value.
+    fn parse(text: &str) -> Decimal {
+        let digit = |b: u8| i64::from(b.wrapping_sub(b'0'));
+        let negative = text.starts_with('-');
+        let unsigned = text.strip_prefix('-').unwrap_or(text);
+        let (mantissa, exponent) = unsigned.split_once(['e', 'E']).unwrap_or((unsigned, "0"));
+        let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let magnitude = exponent
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .fold(0i64, |acc, b| acc.saturating_mul(10).saturating_add(digit(b)));
+        let exponent = if exponent.starts_with('-') { -magnitude } else { magnitude };
+        let all: String = integer.chars().chain(fraction.chars()).filter(char::is_ascii_digit).collect();
+        let significant = all.trim_start_matches('0');
+        let digits = significant.trim_end_matches('0');
+        let trailing_zeros = (significant.len() - digits.len()) as i64;
+        let exponent = exponent.saturating_sub(fraction.len() as i64).saturating_add(trailing_zeros);
+        Decimal { negative, digits: digits.to_string(), exponent }
+    }
+
+    /// Whether the value is a whole number.
+    fn is_integer(&self) -> bool {
+        self.digits.is_empty() || self.exponent >= 0
+    }
+
+    /// The whole number in plain digits (with its sign), for an error message; `None` unless the value is an integer
+    /// of at most 400 digits (a finite double has at most 309).
+    fn integer_text(&self) -> Option<String> {
+        if self.digits.is_empty() {
+            return Some("0".to_string());
+        }
+        let zeros = usize::try_from(self.exponent).ok().filter(|&n| self.digits.len() + n <= 400)?;
+        let sign = if self.negative { "-" } else { "" };
+        Some(format!("{sign}{}{}", self.digits, "0".repeat(zeros)))
     }
 }
 

@@ -131,6 +131,8 @@ const ACCEPTED: &[(&str, &str)] = &[
     ("18446744073709551616", "18446744073709552000"),
     // Integer literals that are not exact but are their double's ECMAScript spelling (so output is a fixed point).
     ("295147905179352830000", "295147905179352830000"),
+    ("1.0000000000000003e23", "1.0000000000000003e+23"),
+    ("100000000000000030000000.0", "1.0000000000000003e+23"),
     ("-1152921504606847000", "-1152921504606847000"),
     (r#""\/\u00e9\u2028\u007f""#, "\"/\u{e9}\u{2028}\u{7f}\""),
     (r#""\u0000\u001f\b\f""#, r#""\u0000\u001f\b\f""#),
@@ -173,7 +175,12 @@ fn rejected() -> Vec<(Vec<u8>, Error)> {
         (text("[0, 9007199254740993]"), number("9007199254740993", 4)),
         (text("-9007199254740993"), number("-9007199254740993", 0)),
         (text("18446744073709551615"), number("18446744073709551615", 0)),
-        (text("100000000000000000000000"), number("100000000000000000000000", 0)),
+        (text("[9007199254740993.0]"), number("9007199254740993.0", 1)),
+        (text("9.007199254740993e15"), number("9.007199254740993e15", 0)),
+        (text("90071992547409930e-1"), number("90071992547409930e-1", 0)),
+        (text("-9007199254740993.000"), number("-9007199254740993.000", 0)),
+        (text("1152921504606846977.0"), number("1152921504606846977.0", 0)),
+        (text("100000000000000025165825e0"), number("100000000000000025165825e0", 0)),
         (b"\"\xff\"".to_vec(), Error::InvalidUtf8 { offset: 1 }),
         (b"[\"ok\",\"\xc3\"]".to_vec(), Error::InvalidUtf8 { offset: 7 }),
         (b"\"\xed\xa0\x80\"".to_vec(), Error::InvalidUtf8 { offset: 1 }),
@@ -249,7 +256,14 @@ fn error_messages_name_the_problem() {
         (br#"{"id":1,"id":2}"#, r#"duplicate object key "id" at byte 8"#),
         (br#""\udc00""#, "lone UTF-16 surrogate in a string at byte 1"),
         (b"1e400", "number 1e400 at byte 0 is outside the range of IEEE-754 doubles"),
-        (b"9007199254740993", "an integer no double represents exactly"),
+        (
+            b"9007199254740993",
+            "the integer 9007199254740993 cannot be represented exactly as an IEEE-754 double \
+             (the nearest is 9007199254740992); send it as a string",
+        ),
+        (b"9.007199254740993e15", "the integer 9007199254740993 cannot be represented exactly"),
+        (b"-9007199254740993.0", "the integer -9007199254740993 cannot be represented exactly"),
+        (b"1e-400", "number 1e-400 at byte 0 is outside the range of IEEE-754 doubles"),
         (b"\"\x80\"", "invalid UTF-8 at byte 1"),
         (b"[1,]", "invalid JSON at byte 3"),
     ];
@@ -257,6 +271,54 @@ fn error_messages_name_the_problem() {
         let message = canonicalize_bytes(input).unwrap_err().to_string();
         assert!(message.contains(needle), "{message:?} should contain {needle:?}");
     }
+}
+
+/// The integer rule reads a literal's value, not its notation: the same amount spelled as an integer, with a fraction
+/// or with an exponent gets one verdict (a QA report: `9007199254740993.0` was accepted as `...992` while
+/// `9007199254740993` was rejected).
+#[test]
+fn integer_rule_reads_the_value_not_the_notation() {
+    // (spellings of one value, its canonical form or None if rejected)
+    let cases: &[(&[&str], Option<&str>)] = &[
+        (&["9007199254740993", "9007199254740993.0", "9.007199254740993e15", "9007199254740993E0"], None),
+        (&["-9007199254740993", "-9007199254740993.00", "-0.9007199254740993e16"], None),
+        (
+            &["9007199254740992", "9007199254740992.0", "9.007199254740992e15", "90071992547409920e-1"],
+            Some("9007199254740992"),
+        ),
+        (&["9007199254740994", "9.007199254740994e15"], Some("9007199254740994")),
+        // 10^22 is a double (5^22 < 2^53), the largest power of ten that is.
+        (&["1e22", "10000000000000000000000", "1.0e22", "100000000000000000000000e-1"], Some("1e+22")),
+        // 2^60, written out: exact.
+        (&["1152921504606846976", "1152921504606846976.0", "1.152921504606846976e18"], Some("1152921504606847000")),
+        (&["1152921504606846977", "1152921504606846977.0", "1.152921504606846977e18"], None),
+        // 10^23 is not a double, but it is the value of `1e+23`, the canonical spelling of the double
+        // 99999999999999991611392, so it is accepted in every notation: rejecting it would reject canonical output.
+        (&["1e23", "1E+23", "100000000000000000000000", "1.0e23"], Some("1e+23")),
+        (&["99999999999999991611392", "9.9999999999999991611392e22"], Some("1e+23")),
+        (&["99999999999999991611393", "9.9999999999999991611393e22"], None),
+        // Not integers: rounded to the nearest double, as RFC 8785 requires.
+        (&["0.1", "1e-1", "0.10"], Some("0.1")),
+        (&["1.5e-7", "0.00000015"], Some("1.5e-7")),
+        (&["9007199254740993.5", "9.0071992547409935e15"], Some("9007199254740994")),
+        (&["1e400", "10e399", "1.0e400"], None),
+        (&["1e-400", "0.1e-399"], None),
+    ];
+    for &(spellings, expected) in cases {
+        for &text in spellings {
+            match expected {
+                Some(canonical) => assert_eq!(canon_str(text).as_deref(), Ok(canonical), "{text}"),
+                None => assert_eq!(canon_str(text), Err(number(text, 0)), "{text}"),
+            }
+        }
+    }
+    // A rejected number inside a document is named at its own offset.
+    assert_eq!(canon_str(r#"{"a":[1,9.007199254740993e15]}"#), Err(number("9.007199254740993e15", 8)));
+    // Huge exponents that cancel out are still read exactly.
+    assert_eq!(
+        canon_str(&format!("9007199254740993{}e-400", "0".repeat(400))),
+        Err(number(&format!("9007199254740993{}e-400", "0".repeat(400)), 0))
+    );
 }
 
 /// Values built in Rust (not parsed) follow the same number rule: integers that are not exactly a double are

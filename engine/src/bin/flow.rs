@@ -8,6 +8,12 @@
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
 //! applies it. Exit codes: 0 done, 1 the ledger refused (unknown run, not paused, storage error), 2 bad usage.
+//!
+//! Both commands open only a file that already is a Flow ledger: a missing file, an empty one (a mistyped path that
+//! something created), a file that is not SQLite, or a SQLite database without the ledger schema is refused with exit
+//! 2 and left as it was, never turned into a new ledger. `--mark-done` is read by the engine's strict JSON parser
+//! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
+//! (a repeated member name, an integer no double holds exactly).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -55,11 +61,51 @@ enum Command {
     },
 }
 
+/// The first 16 bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
 fn open(path: &Path) -> Result<SqliteLedger, String> {
     if !path.exists() {
         return Err(format!("no ledger at {}", path.display()));
     }
+    check_is_ledger(path).map_err(|reason| format!("{}: not a Flow ledger: {reason}", path.display()))?;
     SqliteLedger::open(path, Options::default()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Refuses `path` unless it already is a Flow ledger, reading it only. `SqliteLedger::open` creates the schema in a
+/// file that has none, which is right for a worker starting a new ledger but would turn a mistyped path (an empty
+/// file, another database) into an empty ledger that lists no paused runs.
+fn check_is_ledger(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let metadata = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if metadata.is_dir() {
+        return Err("it is a directory".to_string());
+    }
+    if metadata.len() == 0 {
+        return Err("the file is empty (a mistyped path?)".to_string());
+    }
+    let mut header = [0u8; 16];
+    match std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)) {
+        Ok(()) if &header == SQLITE_HEADER => {}
+        Ok(()) => return Err("not a SQLite database".to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err("not a SQLite database".to_string()),
+        Err(e) => return Err(format!("cannot read it: {e}")),
+    }
+    // Read-only: the file is not changed even if it turns out not to be a ledger.
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(|e| format!("cannot open it: {e}"))?;
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| format!("SQLite cannot read it: {e}"))?;
+    let has_runs: bool = conn
+        .query_row("SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'runs'", [], |row| {
+            row.get(0)
+        })
+        .map_err(|e| format!("SQLite cannot read it: {e}"))?;
+    if version < 1 || !has_runs {
+        return Err("a SQLite database without the ledger schema".to_string());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -84,10 +130,14 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Resolve { ledger, run, mark_done, retry, abort, by } => {
+            // The name is the resolution's only record of who decided; an empty one would file it anonymously.
+            if by.trim().is_empty() {
+                return fail(2, "--by must name the person deciding");
+            }
             let resolution = match (mark_done, retry, abort) {
-                (Some(json), false, false) => match serde_json::from_str(&json) {
+                (Some(json), false, false) => match parse_output(&json) {
                     Ok(output) => Resolution::MarkDone { output },
-                    Err(e) => return fail(2, &format!("--mark-done is not valid JSON: {e}")),
+                    Err(e) => return fail(2, &format!("--mark-done is not valid JSON for a step's output: {e}")),
                 },
                 (None, true, false) => Resolution::Retry,
                 (None, false, true) => Resolution::Abort,
@@ -106,6 +156,13 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Parses a step's output as the engine parses step inputs: strictly ([`engine::canonical::canonicalize_bytes`]).
+/// Plain serde_json would keep the last of a repeated member and round an integer no double holds into another one.
+fn parse_output(json: &str) -> Result<serde_json::Value, String> {
+    let canonical = engine::canonical::canonicalize_bytes(json.as_bytes()).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&canonical).map_err(|e| e.to_string())
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {

@@ -1,0 +1,168 @@
+//! The `flow` admin binary's refusals: what it must not record and which files it must not open, each leaving the
+//! ledger (or the file that is not one) as it was. The paused runs are made with the ledger API alone, so this runs
+//! in the simulation build too (`executor_cli.rs` drives a real engine and is left out of it).
+
+use engine::ledger::sqlite::{Options, SqliteLedger};
+use engine::ledger::{Ledger, Resolution, RunRecord, RunStatus};
+use std::path::Path;
+use std::process::Command;
+
+fn flow(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A ledger at `path` holding `run_ids`, each paused at a key, as the engine leaves an at-most-once step whose
+/// outcome it cannot know.
+fn ledger_with_paused_runs(path: &Path, run_ids: &[&str]) -> SqliteLedger {
+    let ledger = SqliteLedger::open(path, Options::default()).expect("open a new ledger");
+    for run_id in run_ids {
+        let run = RunRecord {
+            run_id: (*run_id).into(),
+            workflow: "wf".into(),
+            status: RunStatus::Running,
+            trigger: b"{}".to_vec(),
+            reason: None,
+            created_ms: 1,
+            updated_ms: 1,
+        };
+        assert!(ledger.create_run(run).unwrap());
+        let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
+        ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), 2).unwrap();
+    }
+    ledger
+}
+
+fn assert_untouched(ledger: &SqliteLedger, run_id: &str, context: &str) {
+    assert_eq!(ledger.run_status(run_id).unwrap(), Some(RunStatus::Paused), "{context}");
+    assert_eq!(ledger.resolutions(run_id).unwrap(), vec![], "{context}");
+}
+
+#[test]
+fn mark_done_is_read_by_the_strict_parser() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_with_paused_runs(&path, &["r1"]);
+    // (--mark-done, what the refusal names)
+    let refused: &[(&str, &str)] = &[
+        (r#"{"id":"a","id":"b"}"#, r#"duplicate object key "id""#),
+        (r#"{"amount":9007199254740993}"#, "the integer 9007199254740993 cannot be represented exactly"),
+        (r#"{"amount":9007199254740993.0}"#, "the integer 9007199254740993 cannot be represented exactly"),
+        (r#"{"amount":1e400}"#, "outside the range of IEEE-754 doubles"),
+        (r#"{"note":"\ud800"}"#, "lone UTF-16 surrogate"),
+        ("{not json", "invalid JSON at byte 1"),
+    ];
+    for (json, says) in refused {
+        let (code, stdout, stderr) =
+            flow(&["resolve", "--ledger", file, "--run", "r1", "--mark-done", json, "--by", "ann"]);
+        assert_eq!(code, 2, "{json}: {stdout}{stderr}");
+        assert!(stderr.contains("--mark-done") && stderr.contains(says), "{json}: {stderr}");
+        assert_untouched(&ledger, "r1", json);
+    }
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "r1", "--mark-done", r#"{"id":"po_9","n":1.0}"#, "--by", "ann"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let recorded = &ledger.resolutions("r1").unwrap()[0];
+    assert_eq!(recorded.resolution, Resolution::MarkDone { output: serde_json::json!({"id": "po_9", "n": 1}) });
+}
+
+#[test]
+fn resolve_refuses_a_blank_by() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_with_paused_runs(&path, &["r1"]);
+    for by in ["", " ", "\t\n"] {
+        for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
+            let mut args = vec!["resolve", "--ledger", file, "--run", "r1"];
+            args.extend_from_slice(decision);
+            args.extend_from_slice(&["--by", by]);
+            let (code, stdout, stderr) = flow(&args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            assert!(stderr.contains("--by must name the person deciding"), "{args:?}: {stderr}");
+            assert_untouched(&ledger, "r1", &format!("{args:?}"));
+        }
+    }
+}
+
+/// Every file name in `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn paused_and_resolve_refuse_a_file_that_is_not_a_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty_database = dir.path().join("empty-database.db");
+    {
+        // A SQLite database that has held a table: a header and pages, no schema.
+        let conn = rusqlite::Connection::open(&empty_database).unwrap();
+        conn.execute_batch("CREATE TABLE t (x); DROP TABLE t;").unwrap();
+    }
+    let other_database = dir.path().join("other.db");
+    {
+        let conn = rusqlite::Connection::open(&other_database).unwrap();
+        conn.execute_batch("CREATE TABLE runs (x); INSERT INTO runs VALUES (1);").unwrap();
+    }
+    let cases: &[(&str, &[u8], &str)] = &[
+        ("empty.db", b"", "the file is empty"),
+        ("short.db", b"SQLite", "not a SQLite database"),
+        ("text.db", b"run_id,status\nr1,paused\n", "not a SQLite database"),
+        ("garbage.db", &[0xff; 4096], "not a SQLite database"),
+    ];
+    for (name, bytes, _) in cases {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let mut checks: Vec<(String, &str)> =
+        cases.iter().map(|(name, _, says)| (dir.path().join(name).to_str().unwrap().to_string(), *says)).collect();
+    checks.push((empty_database.to_str().unwrap().to_string(), "a SQLite database without the ledger schema"));
+    checks.push((other_database.to_str().unwrap().to_string(), "a SQLite database without the ledger schema"));
+    checks.push((dir.path().to_str().unwrap().to_string(), "it is a directory"));
+    let before = snapshot(dir.path());
+    assert_eq!(before.iter().find(|(name, _)| name == "empty.db").map(|(_, bytes)| bytes.len()), Some(0));
+    for (file, says) in &checks {
+        let commands: [&[&str]; 2] =
+            [&["paused", "--ledger", file], &["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"]];
+        for args in commands {
+            let (code, stdout, stderr) = flow(args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            assert!(stderr.contains(file.as_str()) && stderr.contains("not a Flow ledger"), "{args:?}: {stderr}");
+            assert!(stderr.contains(says), "{args:?}: {stderr}");
+            assert_eq!(snapshot(dir.path()), before, "{args:?} changed the directory");
+        }
+    }
+    let (code, _, stderr) = flow(&["paused", "--ledger", &dir.path().join("missing.db").to_string_lossy()]);
+    assert_eq!((code, stderr.contains("no ledger at")), (2, true), "{stderr}");
+    assert_eq!(snapshot(dir.path()), before);
+}
+
+/// The read-only check accepts a real ledger, whether another process has it open (in WAL mode) or not.
+#[test]
+fn paused_lists_a_ledger_open_elsewhere_and_a_closed_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_with_paused_runs(&path, &["r1", "r2"]);
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", file]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert_eq!(stdout.lines().map(|l| l.split('\t').next().unwrap()).collect::<Vec<_>>(), ["r1", "r2"]);
+    drop(ledger);
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", file]);
+    assert_eq!((code, stdout.lines().count()), (0, 2), "{stdout}{stderr}");
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r2", "--retry", "--by", "bo"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("now running"), "{stdout}");
+}
