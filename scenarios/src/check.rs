@@ -380,7 +380,7 @@ pub fn main(args: &CheckArgs) -> i32 {
     }
     let cases = shard_cases(cases(&profile), args.shard);
     let shard_text = args.shard.map_or_else(String::new, |s| format!(" shard {}/{}", s.index, s.count));
-    println!(
+    outln!(
         "flowsim check: profile {} seeds {} steps {}{shard_text}: {} cases on {} threads, budgets {}",
         profile.name,
         profile.seeds,
@@ -395,11 +395,11 @@ pub fn main(args: &CheckArgs) -> i32 {
     };
     let failed: Vec<&CaseRecord> = records.iter().filter(|r| !r.verdict.passed).collect();
     for r in &failed {
-        println!("FAILED {}: {}", r.verdict.name(), r.verdict.message);
-        println!("  reproduce with: {}", r.verdict.repro);
+        outln!("FAILED {}: {}", r.verdict.name(), r.verdict.message);
+        outln!("  reproduce with: {}", r.verdict.repro);
     }
     if !failed.is_empty() {
-        println!(
+        outln!(
             "(a repro replays its case exactly; budgets are judged by `flowsim check` only, so a case that failed \
              on a budget alone exits 0 there)"
         );
@@ -431,7 +431,7 @@ pub fn main(args: &CheckArgs) -> i32 {
             return 2;
         }
     }
-    println!("flowsim check: {} of {} cases passed", records.len() - failed.len(), records.len());
+    outln!("flowsim check: {} of {} cases passed", records.len() - failed.len(), records.len());
     if failed.is_empty() { 0 } else { 1 }
 }
 
@@ -477,7 +477,7 @@ fn run_cases(cases: &[Case], budgets: &Budgets, jobs: usize) -> Result<Vec<CaseR
                             run_case(case, &prepared[i], budgets)
                         }))
                         .unwrap_or_else(|panic| panicked_case(case, panic.as_ref()));
-                        println!(
+                        outln!(
                             "  {:<5} {} seed={} ({:.1} s)",
                             if record.verdict.passed { "ok" } else { "FAIL" },
                             case.scenario,

@@ -148,7 +148,7 @@ pub fn main() -> i32 {
         Command::Search { cases, canary, seed } => crate::search::main(cases, canary, seed),
         Command::Scenarios => {
             for s in crate::catalogue::CATALOGUE {
-                println!("{:<28} {}", s.name, s.stresses);
+                outln!("{:<28} {}", s.name, s.stresses);
             }
             0
         }
@@ -219,7 +219,7 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
             }
         }
     };
-    println!("{key}");
+    outln!("{key}");
     0
 }
 
@@ -253,7 +253,7 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         }
     };
     // Every run prints its seed and every knob first.
-    println!(
+    outln!(
         "flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}",
         prepared.name,
         args.seed,
@@ -263,7 +263,7 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         args.jobs
     );
     for (knob, value) in sim::profile::knobs(&prepared.profile) {
-        println!("  knob {knob} = {value}");
+        outln!("  knob {knob} = {value}");
     }
     let show_progress = std::io::stdout().is_terminal() && std::env::var_os("CI").is_none();
     let (mut results, trace) = execute(args, &prepared, show_progress);
@@ -287,11 +287,21 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         i9.violations = u64::from(determinism_error.is_some());
         i9.first_violation = determinism_error.clone();
     }
-    print!("{}", summary(&results));
+    out!("{}", summary(&results));
     // The files are written before the verdict is printed, and a failed write (checked for before the run, so this
     // is a full disk or the like) does not hide the verdict or the repro line.
     let mut write_failed = false;
     let json = args.json.as_ref().map(|path| (path, serde_json::to_vec_pretty(&results).expect("results serialise")));
+    // A run id that no event names (a typo, or a run this seed never started) leaves a trace of headings only: say
+    // so, in the file too, rather than hand over an empty trace as if the run had done nothing.
+    let run_unseen =
+        args.trace_run.as_ref().filter(|_| trace.as_deref().is_some_and(|t| !holds_an_event(t))).map(|run| {
+            format!("--trace-run {run}: no event of this simulation names that run; the trace file holds none")
+        });
+    let trace = trace.map(|text| match &run_unseen {
+        Some(note) => format!("{text}# {note}\n"),
+        None => text,
+    });
     let trace = args.trace.as_ref().zip(trace).map(|(path, text)| (path, text.into_bytes()));
     for (path, bytes) in json.into_iter().chain(trace) {
         if let Err(e) = std::fs::write(path, bytes) {
@@ -299,18 +309,28 @@ fn run(args: &crate::run::RunArgs) -> i32 {
             write_failed = true;
         }
     }
+    if let Some(note) = &run_unseen {
+        eprintln!("flowsim run: {note}");
+    }
     let code = match verdict(&results, prepared.expect, args.policy) {
         Ok(()) => {
-            println!("flowsim run: every invariant held");
+            outln!("flowsim run: every invariant held");
             0
         }
         Err(reason) => {
-            println!("flowsim run: FAILED: {reason}");
-            println!("reproduce with: {}", results.repro);
+            outln!("flowsim run: FAILED: {reason}");
+            outln!("reproduce with: {}", results.repro);
             1
         }
     };
     if write_failed { 2 } else { code }
+}
+
+/// Does the readable trace hold an event? Its events are numbered lines (`#216 t=0.196s run-started ...`); its
+/// headings start with `# `.
+#[cfg(madsim)]
+fn holds_an_event(trace: &str) -> bool {
+    trace.lines().any(|line| line.strip_prefix('#').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())))
 }
 
 #[cfg(not(madsim))]
@@ -357,16 +377,16 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
         }
     };
     // The runs in flight are named because speed depends on them most (docs/speed.md, stop 23).
-    println!(
+    outln!(
         "flowsim bench: scenario {scenario}, {steps} steps, at most {} runs in flight, {repeat} repetitions per \
          ledger, one shard (one core)",
         prepared.profile.world.runs_in_flight_max
     );
     // scripts/rustc-pgo sets the cfg when it builds with the committed profile; the figures differ by about a tenth.
     if cfg!(flowsim_pgo) {
-        println!("  build: profile-guided (pgo/flowsim.profdata, scripts/rustc-pgo)");
+        outln!("  build: profile-guided (pgo/flowsim.profdata, scripts/rustc-pgo)");
     } else {
-        println!("  build: without the profile (FLOWSIM_PGO=0, a rustc other than pgo/rustc-commit names, or no pgo/)");
+        outln!("  build: without the profile (FLOWSIM_PGO=0, a rustc other than pgo/rustc-commit names, or no pgo/)");
     }
     const LEDGERS: [&str; 2] = ["memory", "sqlite"];
     let mut samples: [BenchSamples; 2] = Default::default();
@@ -386,18 +406,18 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     }
     for (ledger, samples) in LEDGERS.iter().zip(&samples) {
         let (median, all) = median_and_list(&samples.wall_rates);
-        println!("  ledger {ledger:<7} median {median:>10.0} steps/s per core, wall clock   (runs: {all})");
+        outln!("  ledger {ledger:<7} median {median:>10.0} steps/s per core, wall clock   (runs: {all})");
         // On a shared machine the wall clock also counts time spent waiting for a core; CPU time does not.
         if samples.cpu_rates.len() == samples.wall_rates.len() {
             let (median, all) = median_and_list(&samples.cpu_rates);
-            println!("  ledger {ledger:<7} median {median:>10.0} steps per CPU-second              (runs: {all})");
+            outln!("  ledger {ledger:<7} median {median:>10.0} steps per CPU-second              (runs: {all})");
         }
         if samples.violated {
-            println!("  (an invariant was violated during the bench; run the scenario for details)");
+            outln!("  (an invariant was violated during the bench; run the scenario for details)");
         }
     }
     // Read before the reference loops, whose ledger of a million rows is larger than a simulation's state.
-    println!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
+    outln!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
     bench_reference(repeat, &samples[0].cpu_rates);
     0
 }
@@ -436,24 +456,24 @@ fn bench_reference(repeat: u32, memory_cpu_rates: &[f64]) {
     let (bare_median, bare_all) = median_and_list(&bare);
     let (madsim_median, madsim_all) = median_and_list(&simulated);
     let (runtime_median, _) = median_and_list(&runtime_only);
-    println!(
+    outln!(
         "  reference: the issue's yardsticks on this machine ({RUNS} runs × {STEPS_PER_RUN} steps: key derivation of a \
          114-byte input and a hash-map ledger, nothing checked; scenarios/src/reference.rs)"
     );
-    println!(
+    outln!(
         "  bare loop        median {bare_median:>10.0} steps per CPU-second   (issue: about 840 k; runs: {bare_all})"
     );
-    println!(
+    outln!(
         "  under madsim     median {madsim_median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; \
          runs: {madsim_all})"
     );
-    println!(
+    outln!(
         "  madsim alone     median {:>10.2} µs per step   (the sleeps without the work; issue: about 0.35 µs)",
         1e6 / runtime_median
     );
     if !memory_cpu_rates.is_empty() {
         let (memory_median, _) = median_and_list(memory_cpu_rates);
-        println!(
+        outln!(
             "  memory ledger    {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} \
              of its 840 k)",
             memory_median / bare_median,

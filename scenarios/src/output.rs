@@ -1,9 +1,50 @@
 //! Output files are checked before the work that fills them: a simulation of an hour, or a release gate, must not
-//! end in "cannot write" with its results gone.
+//! end in "cannot write" with its results gone. Standard output is written through `out!` and `outln!`, which a
+//! reader that has gone (`flowsim run | head -1`) cannot turn into a panic: the exit code still carries the verdict.
 
 use std::fs::OpenOptions;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once a write to standard output failed: later output is dropped rather than failing again.
+static STDOUT_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `args` to standard output, as `print!` does, but returns quietly where `print!` panics. A reader that
+/// closed the pipe wants no more output, so nothing is said; any other failure (a full disk behind a redirect) is
+/// said once on standard error. Either way the command goes on and exits with the code its work earned.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    if STDOUT_FAILED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    // Flushed here, not at exit, so that a failure is seen now and where it can be handled.
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush())
+        && !STDOUT_FAILED.swap(true, Ordering::Relaxed)
+        && e.kind() != ErrorKind::BrokenPipe
+    {
+        eprintln!("flowsim: cannot write standard output: {e}");
+    }
+}
+
+/// `print!` through `write_stdout`: no panic when standard output is gone. (`lib.rs` declares this module first,
+/// with `#[macro_use]`, so every module of the crate has it.)
+#[cfg_attr(not(madsim), allow(unused_macros, reason = "only the commands that simulate print a partial line"))]
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` through `write_stdout`: no panic when standard output is gone.
+macro_rules! outln {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// Checks that `path` can be written as a file, and says why not: it is a directory, its directory does not exist,
 /// or the system refuses to open it for writing. An existing file is opened for writing without being truncated, so

@@ -87,6 +87,6 @@ pub fn main(args: &ReportArgs) -> i32 {
         eprintln!("flowsim report: {e}");
         return 2;
     }
-    println!("flowsim report: {} results written to {}", results.len(), args.out.display());
+    outln!("flowsim report: {} results written to {}", results.len(), args.out.display());
     0
 }

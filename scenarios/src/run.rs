@@ -122,17 +122,24 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
     Ok(Prepared { name, expect, profile, steps })
 }
 
-/// The command that reproduces a run exactly.
+/// The command that reproduces a run exactly, quoted for a POSIX shell. A scenario file is named by its absolute
+/// path: the command is run wherever the workspace is, where a path relative to another directory names nothing.
 pub fn repro_command(args: &RunArgs, steps: u64) -> String {
-    let policy = sim_policy_name(args.policy);
-    let mut cmd = format!(
-        "cargo flowsim run --scenario {} --seed {} --steps {steps} --policy {policy} --ledger {}",
-        args.scenario, args.seed, args.ledger
-    );
+    let scenario = match catalogue::find(&args.scenario) {
+        Some(_) => args.scenario.clone(),
+        // As `scenario_source` resolves it: not a catalogue name, so a file (left as given if it cannot be resolved).
+        None => std::fs::canonicalize(&args.scenario)
+            .ok()
+            .and_then(|path| path.to_str().map(str::to_owned))
+            .unwrap_or_else(|| args.scenario.clone()),
+    };
+    let (seed, steps, jobs) = (args.seed.to_string(), steps.to_string(), args.jobs.to_string());
+    let mut words = vec!["cargo", "flowsim", "run", "--scenario", &scenario, "--seed", &seed, "--steps", &steps];
+    words.extend(["--policy", sim_policy_name(args.policy), "--ledger", &args.ledger]);
     if args.jobs > 1 {
-        cmd.push_str(&format!(" --jobs {}", args.jobs));
+        words.extend(["--jobs", &jobs]);
     }
-    cmd
+    crate::shell::join(words)
 }
 
 pub fn sim_policy_name(policy: Policy) -> &'static str {

@@ -370,14 +370,12 @@ impl Case {
         Ok(path)
     }
 
-    /// The command that replays the case from its file.
+    /// The command that replays the case from its file, quoted for a POSIX shell.
     pub fn command(&self, path: &std::path::Path) -> String {
-        format!(
-            "cargo flowsim run --scenario {} --seed {} --steps {} --policy rules",
-            path.display(),
-            self.seed,
-            self.steps
-        )
+        let (path, seed, steps) = (path.to_string_lossy(), self.seed.to_string(), self.steps.to_string());
+        let mut words = vec!["cargo", "flowsim", "run", "--scenario", &path, "--seed", &seed, "--steps", &steps];
+        words.extend(["--policy", "rules"]);
+        crate::shell::join(words)
     }
 }
 
@@ -823,7 +821,7 @@ fn run_search(_args: &SearchArgs) -> i32 {
 
 #[cfg(madsim)]
 fn run_search(args: &SearchArgs) -> i32 {
-    println!(
+    outln!(
         "flowsim search: {} cases, search seed {}, canary {}, steps {STEPS_MIN}..={STEPS_MAX}, regressions {}",
         args.cases,
         args.seed,
@@ -834,22 +832,20 @@ fn run_search(args: &SearchArgs) -> i32 {
     let outcome = search(args, &|case, result| {
         let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mark = if result.is_ok() { "ok" } else { "FAIL" };
-        println!("  {n:>4} {mark:<4} {}", one_line(case));
+        outln!("  {n:>4} {mark:<4} {}", one_line(case));
     });
     match outcome {
         Outcome::Held { cases, simulations, steps } => {
-            println!(
-                "flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps)"
-            );
+            outln!("flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps)");
             0
         }
         Outcome::Failed { case, reason, simulations, steps } => {
-            println!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all");
-            print!("{}", report_failure(&case, &reason));
+            outln!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all");
+            out!("{}", report_failure(&case, &reason));
             1
         }
         Outcome::Aborted(reason) => {
-            println!("flowsim search: proptest gave up: {reason}");
+            outln!("flowsim search: proptest gave up: {reason}");
             1
         }
     }

@@ -168,6 +168,70 @@ pub fn validate(args: &SweepArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that the sweep can measure `connector` in `profile` (the scenario's), and says why not: the connector must
+/// be among the profile's, have an action with a lookup (the swept bound is how long a lookup waits), and the mix must
+/// run one of those actions. Otherwise every bound's row counts no step at all: a table of zeros and empty intervals
+/// that looks like a measurement.
+pub fn check_connector(profile: &sim::profile::Profile, connector: &str, scenario: &str) -> Result<(), String> {
+    use engine::workflow::StepKind;
+    use std::collections::BTreeSet;
+    let lookups: Vec<String> = sim::workflows::action_infos(profile)
+        .into_iter()
+        .filter(|(_, info)| info.lag_bound_ms.is_some())
+        .map(|(action, _)| action)
+        .collect();
+    // The actions the mix runs; an agent step's are chosen by the planner as it runs, so it may run any of them.
+    let mut run = BTreeSet::new();
+    let mut agent = false;
+    let in_mix = |name: &str| profile.mix.get(name).is_some_and(|weight| *weight > 0.0);
+    for workflow in sim::workflows::compiled_for(profile).into_iter().filter(|w| in_mix(&w.name)) {
+        for step in workflow.steps {
+            match step.kind {
+                StepKind::Action { action, .. } => {
+                    run.insert(action);
+                }
+                StepKind::Writes(writes) => run.extend(writes.into_iter().map(|(action, _)| action)),
+                StepKind::Agent { .. } => agent = true,
+            }
+        }
+    }
+    let connector_of = |action: &str| action.split_once('.').map_or(action.to_owned(), |(c, _)| c.to_owned());
+    let with_lookup: BTreeSet<String> = lookups.iter().map(|a| connector_of(a)).collect();
+    let sweepable: BTreeSet<String> =
+        lookups.iter().filter(|a| agent || run.contains(*a)).map(|a| connector_of(a)).collect();
+    let list = |set: &BTreeSet<String>| {
+        if set.is_empty() { "none".to_owned() } else { set.iter().cloned().collect::<Vec<_>>().join(", ") }
+    };
+    if !profile.connectors.contains_key(connector) {
+        let known: Vec<&str> = profile.connectors.keys().map(String::as_str).collect();
+        return Err(format!(
+            "--connector {connector} is not in scenario {scenario}'s profile (its connectors: {}); the sweep can \
+             measure: {}",
+            known.join(", "),
+            list(&sweepable)
+        ));
+    }
+    let prefix = format!("{connector}.");
+    let own: Vec<&str> = lookups.iter().filter(|a| a.starts_with(&prefix)).map(String::as_str).collect();
+    if own.is_empty() {
+        return Err(format!(
+            "--connector {connector} has no lookup action; the sweep measures lookup lag bounds (connectors with one: \
+             {}; in scenario {scenario}'s mix: {})",
+            list(&with_lookup),
+            list(&sweepable)
+        ));
+    }
+    if !sweepable.contains(connector) {
+        return Err(format!(
+            "--connector {connector}: scenario {scenario}'s mix runs none of its lookup actions ({}), so the sweep \
+             would measure nothing; connectors the mix runs a lookup of: {}",
+            own.join(", "),
+            list(&sweepable)
+        ));
+    }
+    Ok(())
+}
+
 /// Runs `flowsim sweep`; returns the exit code (1 if an invariant broke at some bound).
 pub fn main(args: &SweepArgs) -> i32 {
     match validate(args).and_then(|()| sweep(args)) {
@@ -191,6 +255,9 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let text = crate::run::scenario_source(&args.scenario)?.text;
+    // A connector the sweep cannot measure is refused before anything is written or run.
+    let profile = crate::run::prepare(&args.scenario, 1, Some(args.steps))?.profile;
+    check_connector(&profile, &args.connector, &args.scenario)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     // Write every point's profile file first: a bad scenario fails before any simulation runs.
     let mut files = Vec::new();
@@ -203,7 +270,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     }
     let points: Vec<(usize, u64)> =
         (0..files.len()).flat_map(|b| (1..=args.seeds).map(move |seed| (b, seed))).collect();
-    println!(
+    outln!(
         "flowsim sweep: {} in {}: {} bounds × {} seeds × {} steps on {} threads",
         args.connector,
         args.scenario,
@@ -227,7 +294,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
                             let run_args = crate::run::RunArgs::quiet(&scenario, seed, Some(args.steps));
                             crate::run::execute(&run_args, &prepared, false).0
                         });
-                        println!("  bound {} ms seed {seed} done", args.bounds_ms[b]);
+                        outln!("  bound {} ms seed {seed} done", args.bounds_ms[b]);
                         *slots[i].lock().expect("no sweep thread panicked holding a slot") = Some(outcome);
                     }
                 })
@@ -250,12 +317,14 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     let table = table(&args.scenario, &args.connector, args.seeds, args.steps, &rows);
     let path = args.out.join("sweep.md");
     std::fs::write(&path, &table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    println!("{table}");
-    println!(
-        "wrote {} (and bound-*.toml, bound-*.json); chart it with: cargo flowsim report --out {}/report {}/bound-*.json",
+    outln!("{table}");
+    // The directory is quoted for the shell where it needs to be, and the glob after it is left for the shell.
+    let out = args.out.to_string_lossy();
+    outln!(
+        "wrote {} (and bound-*.toml, bound-*.json); chart it with: cargo flowsim report --out {} {}/bound-*.json",
         path.display(),
-        args.out.display(),
-        args.out.display()
+        crate::shell::quote(&format!("{out}/report")),
+        crate::shell::quote(&out)
     );
     Ok(if rows.iter().all(|r| r.invariants_hold) { 0 } else { 1 })
 }
@@ -322,6 +391,31 @@ mod tests {
         assert!(r.rate.upper_95 > r.rate.point);
         let md = table("s", "ledgerly", 2, 10, &[r]);
         assert!(md.contains("| 30 s | 1000000 | 3 | 3.0 ("), "{md}");
+    }
+
+    #[test]
+    fn only_a_connector_with_a_lookup_action_the_mix_runs_can_be_swept() {
+        let profile = crate::run::prepare("lookup-lag-over-bound", 1, None).unwrap().profile;
+        assert_eq!(check_connector(&profile, "ledgerly", "s"), Ok(()));
+        for connector in ["payouts", "email"] {
+            let e = check_connector(&profile, connector, "s").unwrap_err();
+            let needle = "has no lookup action; the sweep measures lookup lag bounds (connectors with one: contacts, \
+                          ledgerly, payments; in scenario s's mix: ledgerly)";
+            assert!(e.contains(needle), "{e}");
+        }
+        // Both have a lookup action, but the scenario's mix (checkout) runs neither.
+        for (connector, actions) in [("payments", "payments.create_customer"), ("contacts", "contacts.create_contact")]
+        {
+            let e = check_connector(&profile, connector, "s").unwrap_err();
+            assert!(e.contains(&format!("s's mix runs none of its lookup actions ({actions})")), "{e}");
+        }
+        let e = check_connector(&profile, "canary", "s").unwrap_err();
+        assert!(e.contains("--connector canary is not in scenario s's profile"), "{e}");
+        // An agent step's writes are the planner's choice at run time: any lookup action may run.
+        let mixed = crate::run::prepare("mixed", 1, None).unwrap().profile;
+        for connector in ["ledgerly", "contacts", "payments"] {
+            assert_eq!(check_connector(&mixed, connector, "mixed"), Ok(()), "{connector}");
+        }
     }
 
     #[test]

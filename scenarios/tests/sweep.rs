@@ -76,3 +76,27 @@ fn a_longer_bound_leaves_fewer_residual_duplicates() {
     assert_eq!(again.code, 0, "{}{}", again.stdout, again.stderr);
     assert!(again.stdout.contains("knob connectors.ledgerly.lookup_wait_ms = 0"), "{}", again.stdout);
 }
+
+/// A connector the sweep cannot measure (not in the scenario's profile, no lookup action, or none its mix runs) is
+/// refused before any simulation, with exit 2: its rows would count no step, a table of zeros with empty intervals.
+#[cfg(madsim)]
+#[test]
+fn a_connector_without_a_lookup_action_is_refused_before_any_simulation() {
+    let dir = temp_dir("sweep-connector");
+    let out = dir.join("out");
+    for (connector, needle) in [
+        ("payouts", "--connector payouts has no lookup action; the sweep measures lookup lag bounds"),
+        ("email", "--connector email has no lookup action"),
+        ("payments", "--connector payments: scenario lookup-lag-over-bound's mix runs none of its lookup actions"),
+        ("contacts", "--connector contacts: scenario lookup-lag-over-bound's mix runs none of its lookup actions"),
+        ("canary", "--connector canary is not in scenario lookup-lag-over-bound's profile"),
+    ] {
+        let o =
+            flowsim(&["sweep", "--connector", connector, "--seeds", "1", "--steps", "500", "--out", path_str(&out)]);
+        assert_eq!(o.code, 2, "{connector}: {}{}", o.stdout, o.stderr);
+        assert!(o.stderr.contains(needle), "{connector}: stderr lacks {needle:?}: {}", o.stderr);
+        assert!(o.stderr.contains(": ledgerly"), "{connector}: the one to sweep is named: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "{connector}: a simulation started: {}", o.stdout);
+        assert!(!out.exists(), "{connector}: the output directory was made");
+    }
+}

@@ -1,0 +1,152 @@
+//! `flowsim run` as the built binary, on what a person does with its output: paste the repro line into a shell, follow
+//! README's `--trace-run` example, pipe the output into `head`. The simulations run only under `cargo sim-test`; a
+//! normal build refuses them (exit 2, tested in `sim_determinism.rs`).
+#![cfg(madsim)]
+
+mod common;
+
+use common::{flowsim, path_str, temp_dir};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The words a POSIX shell makes of `line`, each printed by `printf` on a line of its own.
+fn shell_words(line: &str) -> Vec<String> {
+    let out = Command::new("sh").arg("-c").arg(format!("printf '%s\\n' {line}")).output().expect("sh runs");
+    assert!(out.status.success(), "sh could not parse {line:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("UTF-8 words").lines().map(str::to_owned).collect()
+}
+
+fn repro_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("reproduce with: "))
+        .unwrap_or_else(|| panic!("no repro line in:\n{stdout}"))
+}
+
+fn trace_hash(stdout: &str) -> &str {
+    stdout.lines().find_map(|l| l.trim().strip_prefix("trace hash")).map(str::trim).expect("a trace hash line")
+}
+
+/// A scenario file given by a relative path, whose name a shell would split at the space and cut at the `;`: the repro
+/// line names it by its absolute path, quoted, and replays the run from another directory.
+#[test]
+fn a_repro_line_quotes_its_words_and_names_a_scenario_file_by_its_absolute_path() {
+    let dir = temp_dir("repro-quoted");
+    std::fs::create_dir(dir.join("qa")).expect("a subdirectory");
+    let file = dir.join("qa").join("my scen;x.toml");
+    std::fs::write(&file, scenarios::catalogue::find("canary").expect("the canary").text).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["run", "--scenario", "qa/my scen;x.toml", "--seed", "7", "--steps", "1500"])
+        .current_dir(&dir)
+        .env("CI", "1")
+        .output()
+        .expect("flowsim runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "the canary fails the run:\n{stdout}");
+    let repro = repro_line(&stdout);
+    let words = shell_words(repro);
+    let absolute = file.canonicalize().expect("the file exists");
+    let expected = ["cargo", "flowsim", "run", "--scenario", path_str(&absolute), "--seed", "7", "--steps", "1500"];
+    assert_eq!(words[..9], expected, "{repro}");
+    // Pasted elsewhere (the tests' runs start in the workspace), it replays the same run.
+    let args: Vec<&str> = words[2..].iter().map(String::as_str).collect();
+    let again = flowsim(&args);
+    assert_eq!(again.code, 1, "{}{}", again.stdout, again.stderr);
+    assert_eq!(trace_hash(&again.stdout), trace_hash(&stdout));
+}
+
+/// Plain words stay unquoted, so the common repro line reads as it always did.
+#[test]
+fn a_catalogue_scenarios_repro_line_is_unquoted() {
+    let out = flowsim(&["run", "--scenario", "canary", "--seed", "7", "--steps", "1500", "--jobs", "2"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert_eq!(
+        repro_line(&out.stdout),
+        "cargo flowsim run --scenario canary --seed 7 --steps 1500 --policy rules --ledger memory --jobs 2"
+    );
+}
+
+/// README's `--trace-run` example, run as written (the trace file aside): the run it names is the one of the canary's
+/// first I1 violation at that seed, and the trace holds that run's events.
+#[test]
+fn readmes_trace_run_example_traces_the_run_its_violation_names() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("README");
+    let example = readme
+        .lines()
+        .find(|l| l.starts_with("cargo flowsim run ") && l.contains("--trace-run"))
+        .expect("README has a --trace-run example");
+    let mut words = shell_words(example.strip_prefix("cargo flowsim ").expect("a cargo flowsim command"));
+    let dir = temp_dir("trace-run-readme");
+    let trace = dir.join("t.txt");
+    let at = words.iter().position(|w| w == "--trace").expect("the example has --trace") + 1;
+    words[at] = path_str(&trace).to_owned();
+    let run = words.last().expect("the run id is last").clone();
+    let args: Vec<&str> = words.iter().map(String::as_str).collect();
+    let out = flowsim(&args);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let i1 = &out.stdout[out.stdout.find("I1 (").expect("I1 is violated")..];
+    assert!(i1.split("; ").nth(1).is_some_and(|first| first.starts_with(&format!("first: run {run} "))), "{i1}");
+    assert!(!out.stderr.contains("no event"), "{}", out.stderr);
+    let text = std::fs::read_to_string(&trace).expect("the trace is written");
+    assert!(text.lines().filter(|l| l.contains(&format!(" {run} "))).count() > 1, "{text}");
+}
+
+/// A run id no event names gives a trace of headings only; the run says so on stderr and at the end of the file, and
+/// its exit code is still the verdict's.
+#[test]
+fn a_trace_run_that_no_event_names_is_said_on_stderr_and_in_the_file() {
+    let dir = temp_dir("trace-run-unseen");
+    let trace = dir.join("t.txt");
+    for jobs in ["1", "2"] {
+        let out = flowsim(&[
+            "run",
+            "--scenario",
+            "canary",
+            "--seed",
+            "7",
+            "--steps",
+            "1500",
+            "--jobs",
+            jobs,
+            "--trace",
+            path_str(&trace),
+            "--trace-run",
+            "run-nobody",
+        ]);
+        assert_eq!(out.code, 1, "--jobs {jobs}: {}{}", out.stdout, out.stderr);
+        let note = "--trace-run run-nobody: no event of this simulation names that run; the trace file holds none";
+        assert!(out.stderr.contains(&format!("flowsim run: {note}")), "--jobs {jobs}: {}", out.stderr);
+        let text = std::fs::read_to_string(&trace).expect("the trace is written");
+        assert!(text.ends_with(&format!("# {note}\n")), "--jobs {jobs}: {text}");
+        assert!(text.lines().all(|l| l.starts_with("# ")), "--jobs {jobs}: an event in {text}");
+    }
+}
+
+/// Runs flowsim with its standard output a pipe whose reader has already gone, as under `flowsim run | head -1` once
+/// `head` has its line; returns the exit code and standard error.
+fn with_stdout_closed(args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(args)
+        .env("CI", "1")
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("flowsim runs");
+    (out.status.code().expect("flowsim exits with a code, not a signal"), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn a_closed_stdout_does_not_panic_and_the_exit_code_is_the_verdicts() {
+    for (args, code) in [
+        (&["run", "--scenario", "canary", "--seed", "7", "--steps", "1500"][..], 1),
+        (&["run", "--scenario", "mixed", "--steps", "300"], 0),
+        (&["scenarios"], 0),
+    ] {
+        let (got, stderr) = with_stdout_closed(args);
+        assert_eq!(got, code, "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("cannot write standard output"), "{args:?}: a closed pipe is quiet: {stderr}");
+    }
+}
