@@ -252,6 +252,14 @@ fn run(args: &crate::run::RunArgs) -> i32 {
             return 2;
         }
     };
+    // A shard with no step to take would simulate nothing and still add its trace hash to the results.
+    if u64::from(args.jobs) > prepared.steps {
+        eprintln!(
+            "flowsim run: --jobs {} is more than the {} steps: every shard needs a step",
+            args.jobs, prepared.steps
+        );
+        return 2;
+    }
     // Every run prints its seed and every knob first.
     outln!(
         "flowsim run: scenario {} seed {} policy {} ledger {} steps {} jobs {}",

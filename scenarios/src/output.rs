@@ -79,9 +79,24 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     }
 }
 
-/// [`check_writable`] for each of the paths given.
+/// [`check_writable`] for each of the paths given, which must be distinct files: two outputs written to one path
+/// would leave only the last (`run --json x --trace x` kept the trace and lost the results).
 pub fn check_all<'a>(paths: impl IntoIterator<Item = &'a Option<std::path::PathBuf>>) -> Result<(), String> {
-    paths.into_iter().flatten().try_for_each(|p| check_writable(p))
+    let paths: Vec<&std::path::PathBuf> = paths.into_iter().flatten().collect();
+    for (i, a) in paths.iter().enumerate() {
+        let same = |b: &std::path::PathBuf| match (std::path::absolute(a), std::path::absolute(b)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => *a == b,
+        };
+        if let Some(b) = paths[i + 1..].iter().find(|b| same(b)) {
+            return Err(format!(
+                "{} and {} are one file: each output needs a file of its own",
+                a.display(),
+                b.display()
+            ));
+        }
+    }
+    paths.into_iter().try_for_each(|p| check_writable(p))
 }
 
 #[cfg(test)]
@@ -103,6 +118,16 @@ mod tests {
         std::fs::write(&path, b"earlier").expect("write");
         check_writable(&path).expect("writable");
         assert_eq!(std::fs::read(&path).expect("read"), b"earlier");
+    }
+
+    #[test]
+    fn two_outputs_to_one_file_are_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("out.json");
+        let again = dir.path().join(".").join("out.json");
+        let e = check_all([&Some(path.clone()), &None, &Some(again)]).expect_err("refused");
+        assert!(e.contains("are one file"), "{e}");
+        check_all([&Some(path), &Some(dir.path().join("trace.txt"))]).expect("two files");
     }
 
     #[test]

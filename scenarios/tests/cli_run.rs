@@ -150,3 +150,16 @@ fn a_closed_stdout_does_not_panic_and_the_exit_code_is_the_verdicts() {
         assert!(!stderr.contains("cannot write standard output"), "{args:?}: a closed pipe is quiet: {stderr}");
     }
 }
+
+#[test]
+fn more_shards_than_steps_and_two_outputs_in_one_file_are_refused_before_the_run() {
+    let out = flowsim(&["run", "--steps", "3", "--jobs", "4"]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("--jobs 4 is more than the 3 steps"), "{}", out.stderr);
+    let dir = temp_dir("one-file");
+    let path = dir.join("out.txt");
+    let out = flowsim(&["run", "--steps", "100", "--json", path_str(&path), "--trace", path_str(&path)]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("are one file"), "{}", out.stderr);
+    assert!(!out.stdout.contains("trace hash"), "refused only after the run: {}", out.stdout);
+}
