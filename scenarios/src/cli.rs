@@ -190,6 +190,10 @@ fn canon() -> i32 {
 }
 
 fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
+    if let Some(problem) = key_arguments_problem(run, step, volatile) {
+        eprintln!("flowsim key: {problem}");
+        return 2;
+    }
     let input = match read_stdin() {
         Ok(i) => i,
         Err(code) => return code,
@@ -211,6 +215,13 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
                 return 2;
             }
         };
+        // A path the inputs lack leaves nothing out; the key is then the one the engine derives for such inputs,
+        // but on the command line it is more likely a typo, so it is said.
+        for path in volatile.iter().filter(|path| !names_a_member(&value, path)) {
+            eprintln!(
+                "flowsim key: note: --volatile {path} names no member of these inputs; nothing is left out for it"
+            );
+        }
         match engine::key::step_key_without(run, step, &value, volatile) {
             Ok(k) => k,
             Err(e) => {
@@ -221,6 +232,25 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
     };
     outln!("{key}");
     0
+}
+
+/// What is wrong with `key`'s arguments, if anything: an empty run or step id, or a volatile path with an empty
+/// segment (`''`, `a..b`, `.`), which could name no member.
+fn key_arguments_problem(run: &str, step: &str, volatile: &[String]) -> Option<String> {
+    if run.is_empty() {
+        return Some("--run must not be empty".into());
+    }
+    if step.is_empty() {
+        return Some("--step must not be empty".into());
+    }
+    volatile.iter().find(|path| path.split('.').any(str::is_empty)).map(|path| {
+        format!("--volatile {path:?} is not a path: it must be member names joined by dots (a.b,c), none empty")
+    })
+}
+
+/// Does the dotted `path` name a member of `value` (objects walked by member name)?
+fn names_a_member(value: &serde_json::Value, path: &str) -> bool {
+    path.split('.').try_fold(value, |v, name| v.get(name)).is_some()
 }
 
 #[cfg(not(madsim))]

@@ -250,6 +250,32 @@ fn sweep(_args: &SweepArgs) -> Result<i32, String> {
         .into())
 }
 
+/// Refuses an output directory that holds another sweep's points (`bound-<ms>.json` or `.toml` for a bound this sweep
+/// does not measure): the charting command this sweep prints, `report DIR/bound-*.json`, would merge them with its
+/// own. Files of this sweep's own bounds are rewritten, so running the same sweep again into its directory is fine.
+#[cfg_attr(not(madsim), allow(dead_code, reason = "only a simulating build sweeps"))]
+fn check_no_other_sweep(out: &std::path::Path, bounds_ms: &[u64]) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(out) else { return Ok(()) };
+    let mut others: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| {
+            let bound = name.strip_prefix("bound-").and_then(|n| n.strip_suffix(".json").or(n.strip_suffix(".toml")));
+            bound.is_some_and(|b| b.parse::<u64>().map_or(true, |b| !bounds_ms.contains(&b)))
+        })
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    others.sort();
+    Err(format!(
+        "{} holds another sweep's points ({}), which `report {}/bound-*.json` would merge with this one's; give --out \
+         an empty directory or remove them",
+        out.display(),
+        others.join(", "),
+        out.display()
+    ))
+}
+
 #[cfg(madsim)]
 fn sweep(args: &SweepArgs) -> Result<i32, String> {
     use std::sync::Mutex;
@@ -258,6 +284,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     // A connector the sweep cannot measure is refused before anything is written or run.
     let profile = crate::run::prepare(&args.scenario, 1, Some(args.steps))?.profile;
     check_connector(&profile, &args.connector, &args.scenario)?;
+    check_no_other_sweep(&args.out, &args.bounds_ms)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     // Write every point's profile file first: a bad scenario fails before any simulation runs.
     let mut files = Vec::new();
@@ -391,6 +418,18 @@ mod tests {
         assert!(r.rate.upper_95 > r.rate.point);
         let md = table("s", "ledgerly", 2, 10, &[r]);
         assert!(md.contains("| 30 s | 1000000 | 3 | 3.0 ("), "{md}");
+    }
+
+    #[test]
+    fn an_output_directory_with_another_sweeps_points_is_refused() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        check_no_other_sweep(&dir.path().join("missing"), &[0]).expect("a directory still to be made");
+        std::fs::write(dir.path().join("bound-0.json"), "{}").expect("write");
+        std::fs::write(dir.path().join("sweep.md"), "").expect("write");
+        check_no_other_sweep(dir.path(), &[0, 1000]).expect("this sweep's own bound");
+        std::fs::write(dir.path().join("bound-5000.toml"), "").expect("write");
+        let e = check_no_other_sweep(dir.path(), &[0, 1000]).expect_err("another sweep's point");
+        assert!(e.contains("holds another sweep's points (bound-5000.toml)"), "{e}");
     }
 
     #[test]

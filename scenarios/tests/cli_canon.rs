@@ -129,3 +129,28 @@ fn key_without_run_or_step_is_bad_usage() {
         assert!(out.stderr.contains("--"), "{args:?}: {}", out.stderr);
     }
 }
+
+#[test]
+fn key_refuses_empty_ids_and_malformed_volatile_paths_and_notes_a_path_that_names_nothing() {
+    let base = ["key", "--run", "r", "--step", "s"];
+    for (extra, want) in [
+        (&["--volatile", ""][..], "--volatile \"\" is not a path"),
+        (&["--volatile", ","][..], "is not a path"),
+        (&["--volatile", "a..b"][..], "--volatile \"a..b\" is not a path"),
+        (&["--volatile", "."][..], "is not a path"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let out = flowsim(&args, b"{\"a\":{\"b\":1}}");
+        assert_eq!(out.code, 2, "{args:?}");
+        assert!(out.stderr.contains(want), "{args:?}: {}", out.stderr);
+    }
+    for args in [&["key", "--run", "", "--step", "s"][..], &["key", "--run", "r", "--step", ""]] {
+        let out = flowsim(args, b"{}");
+        assert_eq!(out.code, 2, "{args:?}");
+        assert!(out.stderr.contains("must not be empty"), "{args:?}: {}", out.stderr);
+    }
+    let out = flowsim(&["key", "--run", "r", "--step", "s", "--volatile", "a.b,sent_at"], b"{\"a\":{\"b\":1}}");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("--volatile sent_at names no member"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--volatile a.b"), "{}", out.stderr);
+}
