@@ -407,20 +407,14 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> 
             write_i64(u as i64, out);
             return Ok(());
         }
-        let f = u as f64;
-        // `f as u64` saturates, so compare below 2^64 first: u64::MAX rounds up to 2^64, which is not a u64.
-        let exact = f < 18_446_744_073_709_551_616.0 && f as u64 == u;
-        return write_integer_double(exact, f, &u.to_string(), out).map_err(|()| out_of_range(out));
+        return write_rounded(&u.to_string(), u as f64, out).map_err(|()| out_of_range(out));
     }
     if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= EXACT_INTEGER_MAX {
             write_i64(i, out);
             return Ok(());
         }
-        let f = i as f64;
-        // Only negative i64s reach here (non-negative ones are u64s); -2^63 is the one exact double at the edge.
-        let exact = (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) && f as i64 == i;
-        return write_integer_double(exact, f, &i.to_string(), out).map_err(|()| out_of_range(out));
+        return write_rounded(&i.to_string(), i as f64, out).map_err(|()| out_of_range(out));
     }
     match n.as_f64() {
         Some(f) if f.is_finite() => {
@@ -432,12 +426,13 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> 
     }
 }
 
-/// Appends the double `f` that the integer spelled `digits` rounds to, if the integer is `exact`ly `f` or is `f`'s
-/// ECMAScript spelling; otherwise leaves `out` as it was (see the module docs on numbers).
-fn write_integer_double(exact: bool, f: f64, digits: &str, out: &mut Vec<u8>) -> Result<(), ()> {
+/// Appends `f`, the double the number literal `text` rounds to, if `text` may stand for it (see
+/// [`large_literal_stands_for`]); otherwise leaves `out` as it was. The one rule for parsed text and for a parsed
+/// `serde_json::Value`'s integers alike.
+fn write_rounded(text: &str, f: f64, out: &mut Vec<u8>) -> Result<(), ()> {
     let start = out.len();
     write_f64(f, out);
-    if exact || &out[start..] == digits.as_bytes() {
+    if f.abs() < EXACT_INTEGER_MAX as f64 || large_literal_stands_for(text, f, &out[start..]) {
         Ok(())
     } else {
         out.truncate(start);
@@ -826,17 +821,7 @@ impl<'a> Parser<'a> {
         // hot path. Larger doubles take the exact check, which reads the literal's value (digits, fraction and
         // exponent), never its notation: `9007199254740993`, `9007199254740993.0` and `9.007199254740993e15` get one
         // verdict.
-        if f.abs() < EXACT_INTEGER_MAX as f64 {
-            write_f64(f, out);
-            return Ok(());
-        }
-        let written = out.len();
-        write_f64(f, out);
-        if !large_literal_stands_for(text, f, &out[written..]) {
-            out.truncate(written);
-            return Err(out_of_range());
-        }
-        Ok(())
+        write_rounded(text, f, out).map_err(|()| out_of_range())
     }
 }
 
