@@ -48,7 +48,7 @@ async fn list_and_resolve_paused_runs_from_the_command_line() {
     // (arguments, exit code, what stdout or stderr says)
     let table: &[(&[&str], i32, &str)] = &[
         (&["resolve", "--ledger", file, "--run", "r1", "--mark-done", "{not json", "--by", "ann"], 2, "not valid JSON"),
-        (&["resolve", "--ledger", file, "--run", "nope", "--retry", "--by", "ann"], 1, "no run"),
+        (&["resolve", "--ledger", file, "--run", "nope", "--retry", "--by", "ann"], 2, r#"no run "nope""#),
         (&["resolve", "--ledger", "/nonexistent/flow.db", "--run", "r1", "--retry", "--by", "ann"], 2, "no ledger"),
         (
             &["resolve", "--ledger", file, "--run", "r1", "--mark-done", r#"{"id":"po_9"}"#, "--by", "ann"],

@@ -166,3 +166,44 @@ fn paused_lists_a_ledger_open_elsewhere_and_a_closed_one() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("now running"), "{stdout}");
 }
+
+/// A run id the ledger does not hold is bad input: exit 2, the message names the run and the file, and the ledger
+/// file is left byte for byte as it was. A run that is there but not paused is the ledger refusing: exit 1.
+#[test]
+fn resolve_of_an_unknown_run_is_bad_input_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_with_paused_runs(&path, &["r1"]));
+    let before = snapshot(dir.path());
+    for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
+        let mut args = vec!["resolve", "--ledger", file, "--run", "r9"];
+        args.extend_from_slice(decision);
+        args.extend_from_slice(&["--by", "ann"]);
+        let (code, stdout, stderr) = flow(&args);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(r#"no run "r9""#) && stderr.contains(file), "{args:?}: {stderr}");
+        assert!(stderr.contains("flow paused"), "{args:?}: {stderr}");
+        assert_eq!(snapshot(dir.path()), before, "{args:?} changed the ledger");
+    }
+    let ledger = SqliteLedger::open(&path, Options::default()).unwrap();
+    assert_untouched(&ledger, "r1", "after the unknown runs");
+    ledger.set_run_status("r1", RunStatus::Running, None, 3).unwrap();
+    drop(ledger);
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("not paused"), "{stderr}");
+}
+
+/// The engine API refuses a blank name as the CLI does: the ledger's `record_resolution` says no before anything
+/// is written, so the run stays paused with no resolution.
+#[test]
+fn record_resolution_refuses_a_blank_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = ledger_with_paused_runs(&dir.path().join("flow.db"), &["r1"]);
+    for by in ["", " ", "\t"] {
+        let e = engine::executor::record_resolution(&ledger, "r1", &Resolution::Retry, by, 10).unwrap_err();
+        assert!(e.to_string().contains("must name the person deciding"), "{by:?}: {e}");
+        assert_untouched(&ledger, "r1", by);
+    }
+}

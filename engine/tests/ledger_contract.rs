@@ -88,6 +88,7 @@ contract!(
     intake_deduplicates,
     expire_inbox,
     resolutions,
+    a_resolution_must_name_a_person,
     forget_run_drops_everything_of_the_run,
     reopen_keeps_everything,
     inspect_outcome_lends_status_and_output,
@@ -494,6 +495,36 @@ fn resolutions(f: Fixture) {
     }
     assert_eq!(l.resolutions("r1").unwrap(), records[..2], "in the order recorded");
     assert_eq!(l.resolutions("r2").unwrap(), records[2..]);
+}
+
+/// A resolution's `by` is its only record of who decided: an empty or blank one is refused, and nothing is written.
+fn a_resolution_must_name_a_person(f: Fixture) {
+    let l = &*f.ledger;
+    for by in ["", " ", "\t\n"] {
+        let record = ResolutionRecord {
+            run_id: "r1".into(),
+            key: key(1),
+            resolution: Resolution::Abort,
+            by: by.into(),
+            at_ms: 2,
+        };
+        assert_err(
+            l.record_resolution(&record),
+            &Error::Invalid {
+                detail: format!("a resolution of run \"r1\" must name the person deciding (`by` is {by:?})"),
+            },
+        );
+    }
+    assert_eq!(l.resolutions("r1").unwrap(), []);
+    let named = ResolutionRecord {
+        run_id: "r1".into(),
+        key: key(1),
+        resolution: Resolution::Abort,
+        by: " ann ".into(),
+        at_ms: 2,
+    };
+    l.record_resolution(&named).unwrap();
+    assert_eq!(l.resolutions("r1").unwrap(), [named]);
 }
 
 fn forget_run_drops_everything_of_the_run(f: Fixture) {

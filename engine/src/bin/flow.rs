@@ -7,7 +7,9 @@
 //!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
-//! applies it. Exit codes: 0 done, 1 the ledger refused (unknown run, not paused, storage error), 2 bad usage.
+//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error); 2 bad
+//! usage or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does not hold,
+//! `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
 //!
 //! Both commands open only a file that already is a Flow ledger: a missing file, an empty one (a mistyped path that
 //! something created), a file that is not SQLite, or a SQLite database without the ledger schema is refused with exit
@@ -143,7 +145,8 @@ fn main() -> ExitCode {
                 (None, false, true) => Resolution::Abort,
                 _ => return fail(2, "give exactly one of --mark-done, --retry, --abort"),
             };
-            let ledger = match open(&ledger) {
+            let path = ledger;
+            let ledger = match open(&path) {
                 Ok(l) => l,
                 Err(e) => return fail(2, &e),
             };
@@ -152,6 +155,15 @@ fn main() -> ExitCode {
                     println!("run {run} is now {}", status.as_str());
                     ExitCode::SUCCESS
                 }
+                // A run id the ledger does not hold is bad input (a typo, another ledger's run): nothing was written.
+                Err(engine::executor::Error::UnknownRun(_)) => fail(
+                    2,
+                    &format!(
+                        "{}: no run {run:?} in this ledger; `flow paused --ledger {}` lists the paused runs",
+                        path.display(),
+                        path.display()
+                    ),
+                ),
                 Err(e) => fail(1, &e.to_string()),
             }
         }

@@ -416,6 +416,7 @@ impl Ledger for MemoryLedger {
     }
 
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+        resolution.check()?;
         self.lock().resolutions.entry(resolution.run_id.clone()).or_default().push(resolution.clone());
         Ok(())
     }

@@ -244,8 +244,25 @@ pub struct ResolutionRecord {
     pub run_id: String,
     pub key: Key,
     pub resolution: Resolution,
+    /// Who decided: the resolution's only record of it, so it must name someone ([`Ledger::record_resolution`]
+    /// refuses an empty or blank name).
     pub by: String,
     pub at_ms: u64,
+}
+
+impl ResolutionRecord {
+    /// Refuses a record that names no one: an empty or blank `by` would file a person's decision anonymously.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.by.trim().is_empty() {
+            return Err(Error::Invalid {
+                detail: format!(
+                    "a resolution of run {:?} must name the person deciding (`by` is {:?})",
+                    self.run_id, self.by
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Ledger errors. A broken invariant (a different output for a succeeded key) is an error the executor turns into a
@@ -266,6 +283,8 @@ pub enum Error {
     Corrupt { detail: String },
     /// Any other storage failure.
     Storage(String),
+    /// The caller's request is malformed (a resolution that names no person); nothing was written.
+    Invalid { detail: String },
 }
 
 impl std::fmt::Display for Error {
@@ -288,6 +307,7 @@ impl std::fmt::Display for Error {
             ),
             Error::Corrupt { detail } => write!(f, "the ledger file is corrupt or not a ledger: {detail}"),
             Error::Storage(detail) => write!(f, "ledger storage error: {detail}"),
+            Error::Invalid { detail } => write!(f, "refused: {detail}"),
         }
     }
 }
@@ -358,6 +378,8 @@ pub trait Ledger: Send + Sync {
     fn expire_inbox(&self, before_ms: u64) -> Result<u64>;
 
     // --- people -----------------------------------------------------------------------------------------------
+    /// Records a person's decision. A record whose `by` is empty or blank is refused with [`Error::Invalid`] and
+    /// nothing is written.
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()>;
     fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>>;
 

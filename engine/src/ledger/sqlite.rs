@@ -1375,6 +1375,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+        resolution.check()?;
         let json = serde_json::to_string(&resolution.resolution)
             .map_err(|e| Error::Storage(format!("cannot encode a resolution: {e}")))?;
         self.write_one_cached(|conn, cache| {
