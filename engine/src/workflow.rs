@@ -141,12 +141,18 @@ pub struct Workflow {
 }
 
 impl Workflow {
+    /// Reads a definition from TOML text, which holds each key of a table once (TOML refuses a repeated one).
     pub fn from_toml(text: &str) -> Result<Self, Error> {
         let def: WorkflowDef = toml::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
         Self::compile(&def)
     }
 
+    /// Reads a definition from JSON text strictly, with the parser step inputs go through
+    /// ([`crate::canonical::canonicalize_bytes`]): a member named twice in one object (two `inputs` of a step, two
+    /// `email`s in one inputs object), which plain serde_json settles silently by keeping the last, is refused with
+    /// its name and byte offset, and so is a number no double holds exactly (no step's inputs could be keyed by it).
     pub fn from_json(text: &str) -> Result<Self, Error> {
+        crate::canonical::canonicalize_bytes(text.as_bytes()).map_err(|e| error("?", "", "(file)", e.to_string()))?;
         let def: WorkflowDef = serde_json::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
         Self::compile(&def)
     }
@@ -504,6 +510,40 @@ mod tests {
             .collect();
         assert_eq!(kinds, ["action", "action", "writes", "agent"]);
         assert_eq!(wf.steps[0].volatile, ["requested_at"]);
+    }
+
+    /// A member named twice, at any depth, is refused with its name (serde_json alone keeps the last one); TOML
+    /// refuses a repeated key itself.
+    #[test]
+    fn a_member_named_twice_is_refused() {
+        let cases = [
+            (r#"{"name": "w", "name": "v", "steps": [{"id": "a", "action": "c.x"}]}"#, "\"name\""),
+            (r#"{"name": "w", "steps": [{"id": "a", "action": "c.x", "action": "c.y"}]}"#, "\"action\""),
+            (
+                r#"{"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"email": "a", "email": "b"}}]}"#,
+                "\"email\"",
+            ),
+            (
+                r#"{"name": "w", "steps": [{"id": "a", "writes": [{"action": "c.x", "inputs": {"k": 1, "k": 2}}]}]}"#,
+                "\"k\"",
+            ),
+        ];
+        for (text, member) in cases {
+            let err = Workflow::from_json(text).expect_err(text);
+            assert_eq!(err.field, "(file)", "{text}: {err}");
+            assert!(err.to_string().contains(&format!("duplicate object key {member}")), "{text}: {err}");
+        }
+        let err = Workflow::from_json(
+            r#"{"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"n": 9007199254740993}}]}"#,
+        )
+        .expect_err("an integer no double holds");
+        assert!(err.to_string().contains("9007199254740993"), "{err}");
+        let toml = "name = \"w\"\n[[steps]]\nid = \"a\"\naction = \"c.x\"\ninputs = { email = \"a\", email = \"b\" }\n";
+        let err = Workflow::from_toml(toml).expect_err("a repeated TOML key");
+        assert!(err.to_string().contains("duplicate key"), "{err}");
+        // The same definitions without the repetition read.
+        Workflow::from_json(r#"{"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"email": "a"}}]}"#)
+            .expect("valid");
     }
 
     #[test]
