@@ -235,8 +235,21 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 }
 
 /// Parses a scenario text: the spec, and whether it names a `[mix]` (which then replaces the base mix).
+///
+/// A key given twice in one table (a knob, a mix weight, a workflow's table or a member of its inputs) is refused,
+/// as TOML requires: the error names the file, the key and its line, then shows toml's own report.
 pub fn parse(text: &str, origin: &str) -> Result<ProfileSpec, String> {
-    text.parse::<toml::Table>().map_err(|e| format!("{origin}: {e}"))
+    text.parse::<toml::Table>().map_err(|e| {
+        // toml says only "duplicate key" and points at it: name it, so the first line reads on its own.
+        let repeated = e.span().filter(|_| e.message().starts_with("duplicate key"));
+        match repeated.and_then(|span| Some((text.get(span.clone())?, span.start))) {
+            Some((key, start)) => {
+                let line = text[..start].matches('\n').count() + 1;
+                format!("{origin}: duplicate key `{key}` at line {line}: a table holds each key once\n{e}")
+            }
+            None => format!("{origin}: {e}"),
+        }
+    })
 }
 
 /// The base profile for a spec: a spec with its own `[mix]` replaces the base mix instead of adding to it.

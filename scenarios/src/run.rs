@@ -119,6 +119,15 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
             return Err(format!("{name}: unknown workflow {workflow:?} in [mix]; known: {}", names.join(", ")));
         }
     }
+    // A workflow the profile defines and the mix leaves out would never run, silently. A weight of 0 written in the
+    // mix is a choice; no weight at all is an oversight (a [mix] that forgot it, or none, so the built-in mix applies).
+    if let Some(unused) = profile.workflows.keys().find(|w| !profile.mix.contains_key(*w)) {
+        let mix = if spec.contains_key("mix") { "its [mix]" } else { "the built-in mix (it has no [mix])" };
+        return Err(format!(
+            "{name}: workflow {unused:?} is defined ([workflows.{unused}]) but {mix} gives it no weight, so no run \
+             would use it: add it to [mix] (for example `{unused} = 1.0`) or remove [workflows.{unused}]"
+        ));
+    }
     Ok(Prepared { name, expect, profile, steps })
 }
 

@@ -82,3 +82,54 @@ fn steps_zero_in_a_file_is_named_as_the_file_s() {
     assert!(error.contains("profile.toml: steps must be at least 1"), "{error}");
     assert!(error_with_steps("", Some(0)).contains("--steps must be at least 1"));
 }
+
+/// A key given twice in one table is refused (TOML holds each key once; plain serde_json would keep the last), and the
+/// error names the file, the key and its line.
+#[test]
+fn a_key_given_twice_is_named_with_its_file_and_line() {
+    let workflow = "[workflows.refund]\nname = \"refund\"\n[[workflows.refund.steps]]\nid = \"refund-customer\"\n\
+                    action = \"payments.create_customer\"\n";
+    let cases = [
+        ("steps = 200\nsteps = 300\n".to_owned(), "duplicate key `steps` at line 2"),
+        ("[mix]\nsignup = 1.0\nsignup = 2.0\n".to_owned(), "duplicate key `signup` at line 3"),
+        ("[mix]\nsignup = 1.0\n[mix]\ncheckout = 1.0\n".to_owned(), "duplicate key `mix` at line 3"),
+        ("[world]\nworkers = 2\n\"workers\" = 3\n".to_owned(), "duplicate key `\"workers\"` at line 3"),
+        (
+            format!("[mix]\nrefund = 1.0\n{workflow}inputs = {{ email = \"{{{{trigger.email}}}}\", email = \"x\" }}\n"),
+            "duplicate key `email` at line 8",
+        ),
+        (
+            format!("[mix]\nrefund = 1.0\n{workflow}[workflows.refund]\nname = \"x\"\n"),
+            "duplicate key `refund` at line 8",
+        ),
+    ];
+    for (toml, want) in cases {
+        let error = error_of(&toml);
+        // The file as it was given (a full temporary path), then the key.
+        assert!(error.contains(&format!("/profile.toml: {want}")), "for\n{toml}the error is {error:?}");
+    }
+}
+
+/// A workflow the profile defines but the mix gives no weight would never run: refused, naming it and both ways out.
+/// A weight of 0 written in the mix is a deliberate choice and stays allowed.
+#[test]
+fn a_defined_workflow_the_mix_leaves_out_is_refused() {
+    let workflow = "[workflows.refund]\nname = \"refund\"\n[[workflows.refund.steps]]\nid = \"refund-customer\"\n\
+                    action = \"payments.create_customer\"\ninputs = { email = \"{{trigger.email}}\" }\n";
+    for (mix, says) in [("[mix]\nsignup = 1.0\n", "its [mix]"), ("", "the built-in mix (it has no [mix])")] {
+        let error = error_of(&format!("{mix}{workflow}"));
+        for want in [
+            "workflow \"refund\" is defined ([workflows.refund])",
+            says,
+            "gives it no weight",
+            "add it to [mix] (for example `refund = 1.0`) or remove [workflows.refund]",
+        ] {
+            assert!(error.contains(want), "{mix:?}: {error:?} lacks {want:?}");
+        }
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    std::fs::write(&file, format!("[mix]\nsignup = 1.0\nrefund = 0\n{workflow}")).expect("write");
+    let prepared = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)).expect("a weight of 0 is a choice");
+    assert_eq!(prepared.profile.mix.get("refund"), Some(&0.0));
+}

@@ -125,6 +125,26 @@ fn bad_scenario_and_knob_are_exit_2_with_a_message() {
         Command::new(env!("CARGO_BIN_EXE_flowsim")).args(["run", "--scenario"]).arg(&file).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("warp_speed"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A key given twice, and a defined workflow the mix leaves out: exit 2, naming the file and the key or workflow.
+    let workflow = "[workflows.refund]\nname = \"refund\"\n[[workflows.refund.steps]]\nid = \"refund-customer\"\n\
+                    action = \"payments.create_customer\"\ninputs = { email = \"{{trigger.email}}\" }\n";
+    let cases = [
+        ("twice.toml", format!("[mix]\nrefund = 1.0\nrefund = 2.0\n{workflow}"), "duplicate key `refund` at line 3"),
+        ("unused.toml", format!("[mix]\nsignup = 1.0\n{workflow}"), "workflow \"refund\" is defined"),
+    ];
+    for (name, text, says) in cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--steps", "200", "--scenario"])
+            .arg(&file)
+            .output()
+            .expect("runs");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(2), "{name}: {stdout}{stderr}");
+        assert!(stderr.contains(&*file.to_string_lossy()) && stderr.contains(says), "{name}: {stderr}");
+        assert!(!stdout.contains("trace hash"), "{name}: {stdout}");
+    }
 }
 
 #[test]
