@@ -57,6 +57,10 @@ enum Command {
         /// Seed of the case generator (default: $FLOWSIM_SEARCH_SEED, else 0).
         #[arg(long)]
         seed: Option<u64>,
+        /// Directory for failing cases (default: target/flowsim-search in the Flow workspace the current directory
+        /// is in, else flowsim-search in the current directory).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
     },
     /// The release gate: the catalogue × seeds against a budget file (see docs/gate.md).
     Check(crate::check::CheckArgs),
@@ -145,7 +149,7 @@ pub fn main() -> i32 {
             run(&args)
         }
         Command::Bench { scenario, steps, repeat } => bench(&scenario, steps, repeat),
-        Command::Search { cases, canary, seed } => crate::search::main(cases, canary, seed),
+        Command::Search { cases, canary, seed, out } => crate::search::main(cases, canary, seed, out),
         Command::Scenarios => {
             for s in crate::catalogue::CATALOGUE {
                 outln!("{:<28} {}", s.name, s.stresses);

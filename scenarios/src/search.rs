@@ -9,6 +9,13 @@
 //! turns it off. A failure is written as a profile file and printed as the `cargo flowsim run` command that replays
 //! it; the failing proptest seed is saved in `scenarios/proptest-regressions/` (never when `CI` is set).
 //!
+//! Where the CLI reads and writes ([`Places`]): the workspace is the current directory or its nearest ancestor holding
+//! the Flow workspace (`Cargo.toml` and `scenarios/Cargo.toml`), as found at run time, never the build machine's
+//! source tree. Inside one, failing cases go to its `target/flowsim-search/` and the regression file is its
+//! `scenarios/proptest-regressions/search.txt`, used only if it exists there; outside any workspace (a copied binary
+//! run elsewhere), cases go to `flowsim-search/` in the current directory and no regression file is used.
+//! `--out DIR` puts the cases in DIR either way.
+//!
 //! The connector lag knobs (`lag_*`, `incident_*`) keep each connector's realistic values: lag is what a lookup
 //! connector is, not an injected fault.
 
@@ -19,6 +26,7 @@ use proptest::test_runner::{Config, FailurePersistence, FileFailurePersistence, 
 use sim::profile::{self, ProfileSpec};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 /// Fewest steps of a generated case: the floor shrinking reduces the step count toward.
 pub const STEPS_MIN: u64 = 200;
@@ -37,10 +45,16 @@ pub const SHRINK_ITERS_MAX: u32 = 400;
 /// Cases of `flowsim search` by default (about 15 s in the release build); `--cases` or `FLOWSIM_SEARCH_CASES`
 /// overrides it.
 pub const CASES_DEFAULT: u32 = 200;
-/// The regression file: seeds of failures found, replayed first by every search over the rules policy.
+/// The regression file, relative to the workspace's root: seeds of failures found, replayed first by every search
+/// over the rules policy.
+pub const REGRESSIONS_FILE: &str = "scenarios/proptest-regressions/search.txt";
+/// The regression file of the source tree this crate was built from: for its tests, which always run in that tree.
+/// The CLI never uses it (see [`Places`]).
 pub const REGRESSIONS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proptest-regressions/search.txt");
-/// Where failing cases are written as profile files.
-pub const CASES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/flowsim-search");
+/// Where failing cases are written as profile files inside a workspace, relative to its root.
+pub const CASES_DIR_IN_WORKSPACE: &str = "target/flowsim-search";
+/// Where failing cases are written outside any workspace, relative to the current directory.
+pub const CASES_DIR_ELSEWHERE: &str = "flowsim-search";
 /// The environment variable for the number of cases of a search run by tests.
 pub const CASES_ENV: &str = "FLOWSIM_SEARCH_CASES";
 /// The environment variable for the seed of the search's own random generator.
@@ -531,8 +545,68 @@ pub struct SearchArgs {
     pub canary: bool,
     /// Seed of proptest's own generator (which cases are generated).
     pub seed: u64,
-    /// Read and write the regression file.
-    pub persist: bool,
+    /// The regression file to read (and write, outside CI), or none.
+    pub regressions: Option<&'static str>,
+}
+
+/// The Flow workspace `dir` is in: `dir` or its nearest ancestor holding `Cargo.toml` and `scenarios/Cargo.toml`.
+pub fn workspace_of(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| d.join("Cargo.toml").is_file() && d.join("scenarios/Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// Where a search run from directory `cwd` reads and writes (the rule is in the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Places {
+    /// The workspace `cwd` is in, if any.
+    pub workspace: Option<PathBuf>,
+    /// The default directory for failing cases.
+    pub cases_dir: PathBuf,
+    /// The regression file, when the workspace has one.
+    pub regressions: Option<PathBuf>,
+}
+
+impl Places {
+    pub fn from(cwd: &Path) -> Self {
+        let workspace = workspace_of(cwd);
+        let cases_dir = match &workspace {
+            Some(root) => root.join(CASES_DIR_IN_WORKSPACE),
+            None => cwd.join(CASES_DIR_ELSEWHERE),
+        };
+        let regressions = workspace.as_ref().map(|root| root.join(REGRESSIONS_FILE)).filter(|path| path.is_file());
+        Places { workspace, cases_dir, regressions }
+    }
+
+    /// Why no regression file is used, for the search's first line.
+    pub fn no_regressions_because(&self) -> String {
+        match &self.workspace {
+            Some(root) => format!("not used (no {})", root.join(REGRESSIONS_FILE).display()),
+            None => "not used (the current directory is in no Flow workspace)".to_owned(),
+        }
+    }
+}
+
+/// Refuses a cases directory that could not be made or written, before any simulation: a path that is a file, or
+/// under one, or an existing directory that cannot be written. A directory that does not exist yet is made only when
+/// a failure is written.
+pub fn check_cases_dir(dir: &Path) -> Result<(), String> {
+    if dir.as_os_str().is_empty() {
+        return Err("--out must name a directory".into());
+    }
+    if dir.exists() {
+        if !dir.is_dir() {
+            return Err(format!("--out {}: it is not a directory", dir.display()));
+        }
+        let probe = dir.join(".flowsim-search-probe");
+        return crate::output::check_writable(&probe).map_err(|e| format!("--out {}: {e}", dir.display()));
+    }
+    match dir.ancestors().skip(1).find(|a| a.as_os_str().is_empty() || a.exists()) {
+        Some(a) if !a.as_os_str().is_empty() && !a.is_dir() => {
+            Err(format!("--out {}: {} is not a directory", dir.display(), a.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A search's proptest configuration.
@@ -542,7 +616,9 @@ pub fn config(args: &SearchArgs) -> Config {
         max_shrink_iters: SHRINK_ITERS_MAX,
         // A case is a whole simulation: it never rejects, and time is bounded by the case and shrink budgets.
         max_global_rejects: 0,
-        failure_persistence: if args.persist { Some(Box::new(Regressions::new(REGRESSIONS_PATH))) } else { None },
+        failure_persistence: args
+            .regressions
+            .map(|path| Box::new(Regressions::new(path)) as Box<dyn FailurePersistence>),
         ..Config::default()
     }
 }
@@ -718,9 +794,8 @@ pub fn minimise(case: Case, budget: u32, mut fails: impl FnMut(&Case) -> bool) -
     case
 }
 
-/// Writes a failing case's file and returns the lines to print: the file, the command, and what failed.
-pub fn report_failure(case: &Case, reason: &str) -> String {
-    let dir = std::path::Path::new(CASES_DIR);
+/// Writes a failing case's file under `dir` and returns the lines to print: the file, the command, and what failed.
+pub fn report_failure(case: &Case, reason: &str, dir: &Path) -> String {
     match case.write(dir) {
         Ok(path) => {
             let path = path.canonicalize().unwrap_or(path);
@@ -786,7 +861,8 @@ pub fn gen_summary(workflows: &[GenWorkflow]) -> String {
 }
 
 /// `flowsim search`: exit 0 when every case held, 1 on a failure (shrunk, written, printed), 2 on bad input.
-pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>) -> i32 {
+/// Failing cases go to `out`, else to the default of [`Places`] for the current directory.
+pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>, out: Option<PathBuf>) -> i32 {
     let cases = match cases.map_or_else(|| cases_from_env(CASES_DEFAULT), Ok) {
         Ok(c) => c,
         Err(e) => {
@@ -805,13 +881,35 @@ pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>) -> i32 {
         eprintln!("flowsim search: --cases must be at least 1");
         return 2;
     }
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd,
+        Err(e) => {
+            eprintln!("flowsim search: cannot read the current directory: {e}");
+            return 2;
+        }
+    };
+    let places = Places::from(&cwd);
+    let out = out.unwrap_or_else(|| places.cases_dir.clone());
+    if let Err(e) = check_cases_dir(&out) {
+        eprintln!("flowsim search: {e}");
+        return 2;
+    }
     // The canary's failure is expected: it is never saved among the rules policy's regressions.
-    let args = SearchArgs { cases, canary, seed, persist: !canary };
-    run_search(&args)
+    let (regressions, shown) = match (&places.regressions, canary) {
+        (_, true) => (None, "not used (a canary search)".to_owned()),
+        (None, false) => (None, places.no_regressions_because()),
+        (Some(path), false) => match path.to_str() {
+            // proptest names its file by a `&'static str`: one per process.
+            Some(text) => (Some(&*Box::leak(text.to_owned().into_boxed_str())), text.to_owned()),
+            None => (None, format!("not used ({} is not a UTF-8 path)", path.display())),
+        },
+    };
+    let args = SearchArgs { cases, canary, seed, regressions };
+    run_search(&args, &shown, &out)
 }
 
 #[cfg(not(madsim))]
-fn run_search(_args: &SearchArgs) -> i32 {
+fn run_search(_args: &SearchArgs, _regressions: &str, _out: &Path) -> i32 {
     eprintln!(
         "flowsim: this binary was built without `--cfg madsim`, so it cannot simulate.\n\
          Run it through the cargo alias: `cargo flowsim search ...` (and check that RUSTFLAGS is not set)."
@@ -820,13 +918,14 @@ fn run_search(_args: &SearchArgs) -> i32 {
 }
 
 #[cfg(madsim)]
-fn run_search(args: &SearchArgs) -> i32 {
+fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
     outln!(
-        "flowsim search: {} cases, search seed {}, canary {}, steps {STEPS_MIN}..={STEPS_MAX}, regressions {}",
+        "flowsim search: {} cases, search seed {}, canary {}, steps {STEPS_MIN}..={STEPS_MAX}, \
+         regressions {regressions}, failing cases to {}",
         args.cases,
         args.seed,
         args.canary,
-        if args.persist { REGRESSIONS_PATH } else { "not used" }
+        out.display()
     );
     let count = std::sync::atomic::AtomicU64::new(0);
     let outcome = search(args, &|case, result| {
@@ -841,7 +940,7 @@ fn run_search(args: &SearchArgs) -> i32 {
         }
         Outcome::Failed { case, reason, simulations, steps } => {
             outln!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all");
-            out!("{}", report_failure(&case, &reason));
+            out!("{}", report_failure(&case, &reason, out));
             1
         }
         Outcome::Aborted(reason) => {
@@ -866,8 +965,8 @@ mod tests {
             let mut other = case.clone();
             other.seed = case.seed + 1;
             prop_assert_eq!(&other.prepare().map_err(TestCaseError::fail)?.profile, &prepared.profile);
-            let dir = std::path::Path::new(CASES_DIR).join("unit-test");
-            let path = case.write(&dir).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let path = case.write(dir.path()).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let from_file = crate::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed + 7, None)
                 .map_err(TestCaseError::fail)?;
             prop_assert_eq!(&from_file.profile, &prepared.profile);
@@ -969,6 +1068,83 @@ mod tests {
         // A budget of one check takes at most one step.
         let one = minimise(big.clone(), 1, fails);
         assert!(one_smaller(&big).contains(&one) || one == big);
+    }
+
+    /// The places a search uses come from the directory it runs in, never from the source tree it was built in:
+    /// inside a workspace (its root or below) its `target/flowsim-search` and its regression file, if it has one;
+    /// elsewhere `flowsim-search` in the current directory and no regression file.
+    #[test]
+    fn places_follow_the_current_directory() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let root = dir.path().join("flow");
+        let below = root.join("scenarios").join("src");
+        std::fs::create_dir_all(&below).expect("dirs");
+        std::fs::write(root.join("Cargo.toml"), "[workspace]\n").expect("write");
+        std::fs::write(root.join("scenarios/Cargo.toml"), "[package]\n").expect("write");
+        for cwd in [&root, &below] {
+            let places = Places::from(cwd);
+            assert_eq!(places.workspace.as_deref(), Some(root.as_path()));
+            assert_eq!(places.cases_dir, root.join("target/flowsim-search"));
+            assert_eq!(places.regressions, None, "no regression file yet, so none is made");
+            assert!(places.no_regressions_because().contains(REGRESSIONS_FILE), "{}", places.no_regressions_because());
+        }
+        std::fs::create_dir_all(root.join("scenarios/proptest-regressions")).expect("dir");
+        std::fs::write(root.join(REGRESSIONS_FILE), "").expect("write");
+        assert_eq!(Places::from(&below).regressions, Some(root.join(REGRESSIONS_FILE)));
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("dir");
+        let places = Places::from(&elsewhere);
+        assert_eq!(places, Places { workspace: None, cases_dir: elsewhere.join("flowsim-search"), regressions: None });
+        assert!(places.no_regressions_because().contains("no Flow workspace"));
+        // This crate's own tree is a workspace, found from the directory the tests run in.
+        let here = Places::from(Path::new(env!("CARGO_MANIFEST_DIR")));
+        assert_eq!(
+            here.regressions.map(|p| p.canonicalize().expect("exists")),
+            Some(Path::new(REGRESSIONS_PATH).canonicalize().expect("the committed file"))
+        );
+    }
+
+    /// `--out` is checked before any simulation: a file, or a path under one, is refused; a directory that does not
+    /// exist yet is fine (and not made until a failure is written).
+    #[test]
+    fn a_cases_dir_that_cannot_be_one_is_refused() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "x").expect("write");
+        let e = check_cases_dir(&file).expect_err("a file");
+        assert!(e.contains("plain") && e.contains("not a directory"), "{e}");
+        let e = check_cases_dir(&file.join("cases")).expect_err("under a file");
+        assert!(e.contains("plain is not a directory"), "{e}");
+        assert!(check_cases_dir(Path::new("")).is_err());
+        let fresh = dir.path().join("new").join("cases");
+        check_cases_dir(&fresh).expect("a directory to be made");
+        assert!(!fresh.exists() && !dir.path().join("new").exists(), "nothing is made before a failure");
+        check_cases_dir(dir.path()).expect("an existing directory");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 1, "the probe is removed");
+        check_cases_dir(Path::new("relative-cases")).expect("a relative directory to be made");
+    }
+
+    /// A failure's file goes where it is told, and the printed command names it.
+    #[test]
+    fn report_failure_writes_into_the_directory_given() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let out = dir.path().join("cases");
+        let case = Case {
+            seed: 1,
+            steps: STEPS_MIN,
+            mix: [("signup".to_owned(), 1)].into_iter().collect(),
+            connector_faults: BTreeMap::new(),
+            world_faults: BTreeMap::new(),
+            canary: false,
+            workflows: Vec::new(),
+            persons: None,
+        };
+        let text = report_failure(&case, "a reason", &out);
+        let files: Vec<PathBuf> = std::fs::read_dir(&out).expect("made").map(|e| e.expect("entry").path()).collect();
+        assert_eq!(files.len(), 1);
+        let shown = files[0].canonicalize().expect("exists");
+        assert!(text.contains(&format!("written to {}", shown.display())), "{text}");
+        assert!(text.contains("a reason"), "{text}");
     }
 
     /// The regression file only writes outside CI; it loads the committed seeds either way.

@@ -16,14 +16,17 @@ const CANARY_CASES_MAX: u32 = 64;
 fn rules_search_finds_no_failure() {
     let cases = search::cases_from_env(CASES_CI).expect("FLOWSIM_SEARCH_CASES is a number");
     let seed = search::seed_from_env().expect("FLOWSIM_SEARCH_SEED is a number");
-    let args = SearchArgs { cases, canary: false, seed, persist: true };
+    // The tests run in the source tree: its committed regression file runs first.
+    let args = SearchArgs { cases, canary: false, seed, regressions: Some(search::REGRESSIONS_PATH) };
     match search::search(&args, &|_, _| {}) {
         search::Outcome::Held { cases: held, simulations, steps } => {
             assert_eq!(held, cases);
             assert!(steps >= u64::from(cases), "every case ran steps ({steps})");
             assert!(simulations >= u64::from(cases), "every case ran a simulation ({simulations} for {cases})");
         }
-        search::Outcome::Failed { case, reason, .. } => panic!("{}", search::report_failure(&case, &reason)),
+        search::Outcome::Failed { case, reason, .. } => {
+            panic!("{}", search::report_failure(&case, &reason, &tempfile_dir()))
+        }
         search::Outcome::Aborted(reason) => panic!("proptest gave up: {reason}"),
     }
 }
@@ -31,7 +34,7 @@ fn rules_search_finds_no_failure() {
 /// The canary search fails on the canary's duplicates only (another failure, found by the rules search, must not
 /// take over the shrinking), through `TestRunner` directly so the minimal input can be inspected.
 fn canary_search(seed: u64) -> (Case, String) {
-    let args = SearchArgs { cases: CANARY_CASES_MAX, canary: true, seed, persist: false };
+    let args = SearchArgs { cases: CANARY_CASES_MAX, canary: true, seed, regressions: None };
     let mut runner = TestRunner::new_with_rng(search::config(&args), search::test_rng(seed));
     let result = runner.run(&search::cases(true), |case| {
         let results = search::simulate(&case).map_err(TestCaseError::fail)?;
@@ -120,4 +123,41 @@ fn tempfile_dir() -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("search-test");
     std::fs::create_dir_all(&dir).expect("the test directory is created");
     dir
+}
+
+/// The CLI run outside any workspace (a copied binary) writes into no path of the machine it was built on: no
+/// regression file, and failing cases would go to `flowsim-search` in the current directory, or to `--out`.
+#[test]
+fn the_cli_outside_a_workspace_uses_the_current_directory() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["search", "--cases", "1"])
+            .args(extra)
+            .current_dir(dir.path())
+            .env_remove("CI")
+            .output()
+            .expect("flowsim runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = run(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let first = stdout.lines().next().expect("a first line");
+    assert!(first.contains("regressions not used (the current directory is in no Flow workspace)"), "{first}");
+    let cases = dir.path().join("flowsim-search");
+    assert!(first.ends_with(&format!("failing cases to {}", cases.display())), "{first}");
+    assert!(!first.contains(env!("CARGO_MANIFEST_DIR")), "{first}");
+    assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0, "a search that held wrote nothing");
+    let (code, stdout, stderr) = run(&["--out", "mine"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.lines().next().expect("a first line").ends_with("failing cases to mine"), "{stdout}");
+    std::fs::write(dir.path().join("plain"), "x").expect("write");
+    let (code, stdout, stderr) = run(&["--out", "plain"]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("--out plain: it is not a directory"), "{stderr}");
+    assert!(stdout.is_empty(), "refused before any case: {stdout}");
 }
