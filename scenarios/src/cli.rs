@@ -304,7 +304,7 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         prepared.steps,
         args.jobs
     );
-    for (knob, value) in sim::profile::knobs(&prepared.profile) {
+    for (knob, value) in sim::profile::knobs_to_print(&prepared.profile) {
         outln!("  knob {knob} = {value}");
     }
     let show_progress = std::io::stdout().is_terminal() && std::env::var_os("CI").is_none();

@@ -163,3 +163,28 @@ fn more_shards_than_steps_and_two_outputs_in_one_file_are_refused_before_the_run
     assert!(out.stderr.contains("are one file"), "{}", out.stderr);
     assert!(!out.stdout.contains("trace hash"), "refused only after the run: {}", out.stdout);
 }
+
+/// Every knob is printed before a run, `lookup_wait_ms` too when the profile leaves it unset (with the lag bound it
+/// defaults to); the results file keeps the knobs as the profile resolved them, without it.
+#[test]
+fn every_knob_is_printed_and_the_results_keep_the_resolved_profile() {
+    let dir = temp_dir("knobs-printed");
+    let json = dir.join("results.json");
+    let out = flowsim(&["run", "--scenario", "mixed", "--seed", "3", "--steps", "300", "--json", path_str(&json)]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let prepared = scenarios::run::prepare("mixed", 3, Some(300)).expect("mixed resolves");
+    let knob_lines: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("  knob ")).collect();
+    assert_eq!(knob_lines.len(), sim::profile::knobs_to_print(&prepared.profile).len());
+    for (name, connector) in &prepared.profile.connectors {
+        assert_eq!(connector.lookup_wait_ms, None, "{name}");
+        let line = format!(
+            "  knob connectors.{name}.lookup_wait_ms = {} (unset: the documented lag bound)",
+            connector.declared_lag_bound_ms()
+        );
+        assert!(knob_lines.contains(&line.as_str()), "{line:?} is not printed:\n{}", knob_lines.join("\n"));
+    }
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("written")).expect("JSON");
+    let knobs = results["knobs"].as_object().expect("knobs");
+    assert_eq!(knobs.len(), knob_lines.len() - prepared.profile.connectors.len());
+    assert!(knobs.keys().all(|k| !k.ends_with("lookup_wait_ms")), "the results gained a knob");
+}

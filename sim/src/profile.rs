@@ -276,7 +276,8 @@ fn set_path(value: &mut toml::Value, path: &str, new: toml::Value) -> Result<(),
     Ok(())
 }
 
-/// Connector knobs that may be left unset (their default is derived from other knobs).
+/// Connector knobs that may be left unset (their default is derived from other knobs). [`knobs_to_print`] prints each
+/// one a profile leaves unset with its derived value.
 const OPTIONAL_CONNECTOR_KNOBS: &[&str] = &["lookup_wait_ms"];
 
 fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Error> {
@@ -331,6 +332,21 @@ pub fn knobs(profile: &Profile) -> BTreeMap<String, serde_json::Value> {
     let mut out = BTreeMap::new();
     let value = serde_json::to_value(profile).unwrap_or(serde_json::Value::Null);
     flatten(&value, String::new(), &mut out);
+    out
+}
+
+/// Every knob as `flowsim run` prints it before a run: [`knobs`], plus each optional knob the profile leaves unset
+/// (absent from [`knobs`], whose map the results keep as the profile resolved) with the value the run uses and where
+/// it comes from, `connectors.NAME.lookup_wait_ms = 10000 (unset: the documented lag bound)`. Printing only: the
+/// results and the trace are unchanged.
+pub fn knobs_to_print(profile: &Profile) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = knobs(profile).into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    for (name, connector) in &profile.connectors {
+        if connector.lookup_wait_ms.is_none() {
+            let path = format!("connectors.{name}.lookup_wait_ms");
+            out.insert(path, format!("{} (unset: the documented lag bound)", connector.declared_lag_bound_ms()));
+        }
+    }
     out
 }
 
