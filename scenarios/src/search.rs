@@ -42,7 +42,7 @@ pub const LEVELS_MAX: u32 = 10;
 pub const WEIGHT_MAX: u32 = 4;
 /// Shrinking runs at most this many extra simulations.
 pub const SHRINK_ITERS_MAX: u32 = 400;
-/// Cases of `flowsim search` by default (about 15 s in the release build); `--cases` or `FLOWSIM_SEARCH_CASES`
+/// Cases of `flowsim search` by default (about 2 s in the release build); `--cases` or `FLOWSIM_SEARCH_CASES`
 /// overrides it.
 pub const CASES_DEFAULT: u32 = 200;
 /// The regression file, relative to the workspace's root: seeds of failures found, replayed first by every search
