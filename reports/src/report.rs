@@ -369,8 +369,8 @@ fn invariants_held(rows: &[InvariantRow]) -> String {
         return format!("Invariants: all {} held", rows.len());
     }
     format!(
-        "Invariants: all {} checked held; not checked: {} (I9, determinism, is checked by `flowsim run \
-         --check-determinism` and by `flowsim check`)",
+        "Invariants: all {} checked held; not checked: {} (I9, determinism, is checked by flowsim run \
+         --check-determinism and by flowsim check)",
         rows.len() - unchecked.len(),
         unchecked.join(", ")
     )
