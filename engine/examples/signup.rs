@@ -331,11 +331,12 @@ mod demo {
 
     /// The whole demonstration; returns what it prints. An effect that did not happen exactly once is an error.
     pub async fn run(ledger: Option<PathBuf>) -> Result<String, String> {
+        // A temporary ledger is removed when `scratch` drops, last, whichever way the demonstration ends.
         let scratch = match &ledger {
             Some(_) => None,
-            None => Some(tempfile_dir()?),
+            None => Some(tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?),
         };
-        let path = ledger.unwrap_or_else(|| scratch.as_ref().expect("a scratch dir").join("signup.db"));
+        let path = ledger.unwrap_or_else(|| scratch.as_ref().expect("a scratch dir").path().join("signup.db"));
         let world = World::new();
         let trigger = Doc::object([
             ("email", Doc::from("ada@example.com")),
@@ -408,16 +409,7 @@ mod demo {
         } else {
             writeln!(out, "\nevery effect happened exactly once").ok();
         }
-        if let Some(dir) = scratch {
-            std::fs::remove_dir_all(dir).ok();
-        }
         Ok(out)
-    }
-
-    fn tempfile_dir() -> Result<PathBuf, String> {
-        let dir = std::env::temp_dir().join(format!("flow-signup-example-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(dir)
     }
 
     #[cfg(test)]
