@@ -276,9 +276,21 @@ fn set_path(value: &mut toml::Value, path: &str, new: toml::Value) -> Result<(),
     Ok(())
 }
 
-/// Connector knobs that may be left unset (their default is derived from other knobs). [`knobs_to_print`] prints each
-/// one a profile leaves unset with its derived value.
-const OPTIONAL_CONNECTOR_KNOBS: &[&str] = &["lookup_wait_ms"];
+/// A connector knob that may be left unset: its default is derived from other knobs.
+struct OptionalKnob {
+    name: &'static str,
+    /// The value the run uses and where it comes from, when the profile leaves the knob unset; `None` when it is set.
+    unset: fn(&FaultProfile) -> Option<String>,
+}
+
+/// Every optional connector knob, the one list both the merge (which lets a profile set one that is absent from the
+/// encoded defaults) and [`knobs_to_print`] (which prints each one left unset with its derived value) read.
+const OPTIONAL_CONNECTOR_KNOBS: &[OptionalKnob] = &[OptionalKnob {
+    name: "lookup_wait_ms",
+    unset: |c| {
+        c.lookup_wait_ms.is_none().then(|| format!("{} (unset: the documented lag bound)", c.declared_lag_bound_ms()))
+    },
+}];
 
 fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Error> {
     match (into, from) {
@@ -300,7 +312,7 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
                         into.insert(k.clone(), v.clone());
                     }
                     // Optional knobs are absent from the encoded base while unset.
-                    None if at.starts_with("connectors.") && OPTIONAL_CONNECTOR_KNOBS.contains(&k.as_str()) => {
+                    None if at.starts_with("connectors.") && OPTIONAL_CONNECTOR_KNOBS.iter().any(|o| o.name == k) => {
                         into.insert(k.clone(), v.clone());
                     }
                     None => return Err(Error(format!("unknown knob {path}"))),
@@ -342,9 +354,10 @@ pub fn knobs(profile: &Profile) -> BTreeMap<String, serde_json::Value> {
 pub fn knobs_to_print(profile: &Profile) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = knobs(profile).into_iter().map(|(k, v)| (k, v.to_string())).collect();
     for (name, connector) in &profile.connectors {
-        if connector.lookup_wait_ms.is_none() {
-            let path = format!("connectors.{name}.lookup_wait_ms");
-            out.insert(path, format!("{} (unset: the documented lag bound)", connector.declared_lag_bound_ms()));
+        for knob in OPTIONAL_CONNECTOR_KNOBS {
+            if let Some(value) = (knob.unset)(connector) {
+                out.insert(format!("connectors.{name}.{}", knob.name), value);
+            }
         }
     }
     out
