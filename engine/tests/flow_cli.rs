@@ -149,6 +149,57 @@ fn paused_and_resolve_refuse_a_file_that_is_not_a_ledger() {
     assert_eq!(snapshot(dir.path()), before);
 }
 
+/// A database that looks like a ledger at a glance (a `runs` table, a schema version) but is not one of this build's
+/// schema is refused without being changed: `flow` neither migrates a ledger (an older worker still using it would
+/// then refuse it) nor writes into another program's database. A ledger in another journal mode than the engine's is
+/// read as it is: a listing, or a refusal, leaves it byte for byte as it was.
+#[test]
+fn a_ledger_of_another_schema_or_journal_mode_is_left_as_it_was() {
+    use engine::ledger::sqlite::{MIGRATIONS, SCHEMA_VERSION};
+    let dir = tempfile::tempdir().unwrap();
+    let older = dir.path().join("older.db");
+    {
+        let conn = rusqlite::Connection::open(&older).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        for migration in &MIGRATIONS[..MIGRATIONS.len() - 1] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION - 1).unwrap();
+    }
+    let lookalike = dir.path().join("lookalike.db");
+    {
+        let conn = rusqlite::Connection::open(&lookalike).unwrap();
+        conn.execute_batch("CREATE TABLE runs (x); INSERT INTO runs VALUES (1);").unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION).unwrap();
+    }
+    let before = snapshot(dir.path());
+    for (file, says) in [(&older, "older than this flow's"), (&lookalike, "without the ledger's table")] {
+        let file = file.to_str().unwrap();
+        for args in
+            [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--abort", "--by", "al"]]
+        {
+            let (code, stdout, stderr) = flow(args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            assert!(stderr.contains("not a Flow ledger") && stderr.contains(says), "{args:?}: {stderr}");
+            assert_eq!(snapshot(dir.path()), before, "{args:?} changed the directory");
+        }
+    }
+    let rollback = dir.path().join("rollback-journal.db");
+    drop(ledger_with_paused_runs(&rollback, &["r1"]));
+    {
+        let conn = rusqlite::Connection::open(&rollback).unwrap();
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get(0)).unwrap();
+        assert_eq!(mode, "delete");
+    }
+    let before = snapshot(dir.path());
+    let file = rollback.to_str().unwrap();
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", file]);
+    assert_eq!((code, stdout.lines().count()), (0, 1), "{stdout}{stderr}");
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r9", "--abort", "--by", "al"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(snapshot(dir.path()), before, "a listing or a refusal changed the ledger");
+}
+
 /// The read-only check accepts a real ledger, whether another process has it open (in WAL mode) or not.
 #[test]
 fn paused_lists_a_ledger_open_elsewhere_and_a_closed_one() {

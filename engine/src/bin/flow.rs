@@ -11,16 +11,19 @@
 //! usage or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does not hold,
 //! `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
 //!
-//! Both commands open only a file that already is a Flow ledger: a missing file, an empty one (a mistyped path that
-//! something created), a file that is not SQLite, or a SQLite database without the ledger schema is refused with exit
-//! 2 and left as it was, never turned into a new ledger. `--mark-done` is read by the engine's strict JSON parser
+//! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
+//! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
+//! ledger's, or a ledger of another schema version is refused with exit 2 and left as it was, never turned into a
+//! new ledger or migrated. `paused` only reads the file; `resolve` checks the run reading only, and opens the file to
+//! write only then. `--mark-done` is read by the engine's strict JSON parser
 //! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
 //! (a repeated member name, an integer no double holds exactly).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
-use engine::ledger::sqlite::{Options, SqliteLedger};
+use engine::ledger::sqlite::{MIGRATIONS, Options, SCHEMA_VERSION, SqliteLedger};
 use engine::ledger::{Ledger, Resolution};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -66,12 +69,40 @@ enum Command {
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-fn open(path: &Path) -> Result<SqliteLedger, String> {
+/// Opens the ledger at `path` for reading only ([`SqliteLedger::open_read_only`]): the file is not changed, whatever
+/// follows. Every refusal is bad input (exit 2).
+fn open_read_only(path: &Path) -> Result<SqliteLedger, String> {
     if !path.exists() {
         return Err(format!("no ledger at {}", path.display()));
     }
     check_is_ledger(path).map_err(|reason| format!("{}: not a Flow ledger: {reason}", path.display()))?;
-    SqliteLedger::open(path, Options::default()).map_err(|e| format!("{}: {e}", path.display()))
+    SqliteLedger::open_read_only(path, Options::default()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The tables of a ledger of this build and their columns, from its migrations applied to an empty database.
+fn ledger_tables() -> Result<BTreeMap<String, Vec<String>>, String> {
+    let conn = rusqlite::Connection::open_in_memory().map_err(|e| e.to_string())?;
+    for migration in MIGRATIONS {
+        conn.execute_batch(migration).map_err(|e| e.to_string())?;
+    }
+    tables(&conn).map_err(|e| e.to_string())
+}
+
+/// Every table of `conn` with its columns in order.
+fn tables(conn: &rusqlite::Connection) -> rusqlite::Result<BTreeMap<String, Vec<String>>> {
+    let names: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = BTreeMap::new();
+    for name in names {
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info(?1) ORDER BY cid")?
+            .query_map([&name], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        out.insert(name, columns);
+    }
+    Ok(out)
 }
 
 /// Refuses `path` unless it already is a Flow ledger, reading it only. `SqliteLedger::open` creates the schema in a
@@ -93,19 +124,46 @@ fn check_is_ledger(path: &Path) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err("not a SQLite database".to_string()),
         Err(e) => return Err(format!("cannot read it: {e}")),
     }
-    // Read-only: the file is not changed even if it turns out not to be a ledger.
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = rusqlite::Connection::open_with_flags(path, flags).map_err(|e| format!("cannot open it: {e}"))?;
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(|e| format!("SQLite cannot read it: {e}"))?;
-    let has_runs: bool = conn
-        .query_row("SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'runs'", [], |row| {
-            row.get(0)
-        })
-        .map_err(|e| format!("SQLite cannot read it: {e}"))?;
-    if version < 1 || !has_runs {
+    // A connection that cannot change the file, even if it turns out not to be a ledger.
+    let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let cannot_read = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(
+            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
+        ) => {
+            format!("SQLite cannot open it to read (check the permissions of the file and its directory): {e}")
+        }
+        _ => format!("SQLite cannot read it: {e}"),
+    };
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
+    let found = tables(&conn).map_err(cannot_read)?;
+    if version < 1 || !found.contains_key("runs") {
         return Err("a SQLite database without the ledger schema".to_string());
+    }
+    if version > SCHEMA_VERSION {
+        return Err(format!(
+            "its schema version is {version}, newer than this flow's {SCHEMA_VERSION}: use a newer flow"
+        ));
+    }
+    if version < SCHEMA_VERSION {
+        // A write would migrate the file, after which a worker of the older build still using it would refuse it.
+        return Err(format!(
+            "its schema version is {version}, older than this flow's {SCHEMA_VERSION}; flow does not migrate a \
+             ledger: a worker of this build does when it opens the file"
+        ));
+    }
+    let expected = ledger_tables()?;
+    for (table, columns) in &expected {
+        match found.get(table) {
+            None => return Err(format!("a SQLite database without the ledger's table {table}")),
+            Some(have) if have != columns => {
+                return Err(format!(
+                    "its table {table} has the columns ({}), a ledger's has ({})",
+                    have.join(", "),
+                    columns.join(", ")
+                ));
+            }
+            Some(_) => {}
+        }
     }
     Ok(())
 }
@@ -114,7 +172,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Paused { ledger } => {
-            let ledger = match open(&ledger) {
+            let ledger = match open_read_only(&ledger) {
                 Ok(l) => l,
                 Err(e) => return fail(2, &e),
             };
@@ -146,9 +204,27 @@ fn main() -> ExitCode {
                 _ => return fail(2, "give exactly one of --mark-done, --retry, --abort"),
             };
             let path = ledger;
-            let ledger = match open(&path) {
-                Ok(l) => l,
+            // Checked reading only, so that a refusal leaves the file as it was; only then opened to write (which
+            // also sets the journal mode the engine uses, WAL, if the file had another).
+            let unknown_run = || {
+                fail(
+                    2,
+                    &format!(
+                        "{}: no run {run:?} in this ledger; `flow paused --ledger {}` lists the paused runs",
+                        path.display(),
+                        path.display()
+                    ),
+                )
+            };
+            match open_read_only(&path).map(|l| l.get_run(&run)) {
                 Err(e) => return fail(2, &e),
+                Ok(Ok(None)) => return unknown_run(),
+                Ok(Ok(Some(_))) => {}
+                Ok(Err(e)) => return fail(1, &e.to_string()),
+            }
+            let ledger = match SqliteLedger::open(&path, Options::default()) {
+                Ok(l) => l,
+                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
             };
             match engine::executor::record_resolution(&ledger, &run, &resolution, &by, SystemClock.now_ms()) {
                 Ok(status) => {
@@ -156,14 +232,7 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 // A run id the ledger does not hold is bad input (a typo, another ledger's run): nothing was written.
-                Err(engine::executor::Error::UnknownRun(_)) => fail(
-                    2,
-                    &format!(
-                        "{}: no run {run:?} in this ledger; `flow paused --ledger {}` lists the paused runs",
-                        path.display(),
-                        path.display()
-                    ),
-                ),
+                Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
                 Err(e) => fail(1, &e.to_string()),
             }
         }

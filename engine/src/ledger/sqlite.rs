@@ -412,6 +412,20 @@ fn corrupt(detail: impl Into<String>) -> Error {
     Error::Corrupt { detail: detail.into() }
 }
 
+/// A connection to the existing database file at `path` that cannot change it (`PRAGMA query_only`). It is opened
+/// for writing when the file allows it, though: SQLite's last connection to a WAL database removes the `-wal` and
+/// `-shm` files when it closes, which a read-only connection cannot, so one would leave them behind in the ledger's
+/// directory. A file that cannot be opened for writing is opened read-only.
+pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
+    use rusqlite::OpenFlags;
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .or_else(|_| {
+        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+    })?;
+    conn.pragma_update(None, "query_only", true)?;
+    Ok(conn)
+}
+
 impl SqliteLedger {
     /// Opens (or creates) the ledger file at `path` in WAL mode, migrating it to [`SCHEMA_VERSION`].
     pub fn open(path: &Path, options: Options) -> Result<Self> {
@@ -463,6 +477,35 @@ impl SqliteLedger {
         Self::finish_open(conn, options, true, false).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
             other => other,
+        })
+    }
+
+    /// Opens an existing ledger file for reading only: nothing is migrated and the journal mode is left as it is,
+    /// so the file is not changed (`flow paused`, and `flow resolve`'s checks before it writes). A file of another
+    /// schema version than this build's [`SCHEMA_VERSION`] is refused: a newer one as [`Error::SchemaTooNew`], an
+    /// older one because only a writable open migrates it. Writes through the ledger fail.
+    pub fn open_read_only(path: &Path, options: Options) -> Result<Self> {
+        let conn = open_unchanged(path).map_err(|e| corrupt(format!("{}: cannot open: {e}", path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
+        let found: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| corrupt(format!("{}: {e}", path.display())))?;
+        if found > SCHEMA_VERSION {
+            return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
+        }
+        if found < SCHEMA_VERSION {
+            return Err(Error::Storage(format!(
+                "{}: schema version {found}, older than this build's {SCHEMA_VERSION}; a worker of this build \
+                 migrates the file when it opens it",
+                path.display()
+            )));
+        }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        Ok(Self {
+            state: Mutex::new(State { conn, batch_ops: 0, failed: None, cache: Cache::new(0, false) }),
+            group_commit_ops_max: options.group_commit_ops_max,
+            journal: true,
+            cached: false,
         })
     }
 
