@@ -46,6 +46,28 @@ fn error(workflow: &str, step: &str, field: &str, message: impl Into<String>) ->
     Error { workflow: workflow.to_string(), step: step.to_string(), field: field.to_string(), message: message.into() }
 }
 
+/// Refuses a number in TOML that no step's inputs could be keyed by, as the canonical parser refuses it in JSON
+/// ([`crate::canonical`]): `nan` and `inf` (which the conversion to JSON would otherwise turn into `null`, hashing
+/// some other input "somehow"), and an integer no double holds exactly. `at` is the dotted path of `value`; the
+/// error names the path of the number.
+pub fn check_toml_numbers(value: &toml::Value, at: &str) -> Result<(), String> {
+    let join = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
+    match value {
+        toml::Value::Float(f) if !f.is_finite() => {
+            Err(format!("{at} = {f}: not a number JSON can hold, so no step's inputs could be keyed by it"))
+        }
+        toml::Value::Integer(i) if (*i as f64) as i128 != i128::from(*i) => Err(format!(
+            "{at} = {i}: an integer no double holds exactly (the nearest is {}), so its key would be another's",
+            *i as f64
+        )),
+        toml::Value::Array(items) => {
+            items.iter().enumerate().try_for_each(|(n, item)| check_toml_numbers(item, &format!("{at}[{n}]")))
+        }
+        toml::Value::Table(table) => table.iter().try_for_each(|(key, item)| check_toml_numbers(item, &join(key))),
+        _ => Ok(()),
+    }
+}
+
 /// The file format, as written.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -143,7 +165,9 @@ pub struct Workflow {
 impl Workflow {
     /// Reads a definition from TOML text, which holds each key of a table once (TOML refuses a repeated one).
     pub fn from_toml(text: &str) -> Result<Self, Error> {
-        let def: WorkflowDef = toml::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
+        let table: toml::Table = toml::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
+        check_toml_numbers(&toml::Value::Table(table.clone()), "").map_err(|e| error("?", "", "(file)", e))?;
+        let def = WorkflowDef::deserialize(table).map_err(|e| error("?", "", "(file)", e.to_string()))?;
         Self::compile(&def)
     }
 
@@ -544,6 +568,27 @@ mod tests {
         // The same definitions without the repetition read.
         Workflow::from_json(r#"{"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"email": "a"}}]}"#)
             .expect("valid");
+    }
+
+    /// TOML can write numbers JSON cannot hold (`nan`, `inf`) and integers no double holds; converted to JSON inputs
+    /// they would become `null` or another number and be keyed as that. Each is refused, naming where it is.
+    #[test]
+    fn a_toml_number_no_key_could_be_derived_from_is_refused() {
+        let workflow =
+            |inputs: &str| format!("name = \"w\"\n[[steps]]\nid = \"a\"\naction = \"c.x\"\ninputs = {inputs}\n");
+        for (inputs, says) in [
+            ("{ f = nan }", "steps[0].inputs.f = NaN"),
+            ("{ f = -inf }", "steps[0].inputs.f = -inf"),
+            ("{ list = [1, inf] }", "steps[0].inputs.list[1] = inf"),
+            ("{ n = 9007199254740993 }", "steps[0].inputs.n = 9007199254740993"),
+        ] {
+            let err = Workflow::from_toml(&workflow(inputs)).expect_err(inputs);
+            assert!(err.to_string().contains(says), "{inputs}: {err}");
+        }
+        // Every integer a double holds exactly still reads, however large, and so does any finite float.
+        for inputs in ["{ n = 9007199254740992 }", "{ n = -9223372036854775808 }", "{ f = 1e308 }"] {
+            Workflow::from_toml(&workflow(inputs)).expect(inputs);
+        }
     }
 
     #[test]

@@ -239,6 +239,15 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 /// A key given twice in one table (a knob, a mix weight, a workflow's table or a member of its inputs) is refused,
 /// as TOML requires: the error names the file, the key and its line, then shows toml's own report.
 pub fn parse(text: &str, origin: &str) -> Result<ProfileSpec, String> {
+    let spec = parse_toml(text, origin)?;
+    // A workflow's inputs are keyed: a number no key could be derived from is refused here, as in a workflow file.
+    if let Some(workflows) = spec.get("workflows") {
+        engine::workflow::check_toml_numbers(workflows, "workflows").map_err(|e| format!("{origin}: {e}"))?;
+    }
+    Ok(spec)
+}
+
+fn parse_toml(text: &str, origin: &str) -> Result<ProfileSpec, String> {
     text.parse::<toml::Table>().map_err(|e| {
         // toml says only "duplicate key" and points at it: name it, so the first line reads on its own.
         let repeated = e.span().filter(|_| e.message().starts_with("duplicate key"));

@@ -86,16 +86,19 @@ pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
 pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
     let ScenarioSource { name, text, expect, steps_default } = scenario_source(scenario)?;
     let mut spec = catalogue::parse(&text, &name)?;
-    let steps_file =
-        spec.remove("steps").map(|v| v.as_integer().ok_or_else(|| format!("{name}: steps must be an integer")));
-    let steps = match (steps, steps_file) {
-        (Some(0), _) => return Err("--steps must be at least 1".into()),
-        (Some(s), _) => s,
-        (None, Some(s)) => match u64::try_from(s?) {
-            Ok(s) if s > 0 => s,
-            _ => return Err(format!("{name}: steps must be at least 1")),
+    // The file's own `steps` is checked even when `--steps` overrides it: a wrong value is a wrong file either way.
+    let steps_file = match spec.remove("steps") {
+        None => None,
+        Some(v) => match v.as_integer().map(u64::try_from) {
+            None => return Err(format!("{name}: steps must be an integer")),
+            Some(Ok(s)) if s > 0 => Some(s),
+            Some(_) => return Err(format!("{name}: steps must be at least 1")),
         },
-        (None, None) => steps_default,
+    };
+    let steps = match steps {
+        Some(0) => return Err("--steps must be at least 1".into()),
+        Some(s) => s,
+        None => steps_file.unwrap_or(steps_default),
     };
     let base = catalogue::base_for(&spec);
     if let Some(toml::Value::Table(connectors)) = spec.get("connectors") {

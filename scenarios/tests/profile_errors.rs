@@ -81,6 +81,27 @@ fn steps_zero_in_a_file_is_named_as_the_file_s() {
     let error = error_with_steps("steps = 0\n", None);
     assert!(error.contains("profile.toml: steps must be at least 1"), "{error}");
     assert!(error_with_steps("", Some(0)).contains("--steps must be at least 1"));
+    // `--steps` overrides the file's steps, and a wrong one is refused all the same.
+    assert!(error_with_steps("steps = -5\n", Some(100)).contains("profile.toml: steps must be at least 1"));
+    assert!(error_with_steps("steps = \"many\"\n", Some(100)).contains("profile.toml: steps must be an integer"));
+}
+
+/// A number in a defined workflow's inputs that no key could be derived from (TOML's `nan` would become JSON's
+/// `null`) is refused, naming where it is.
+#[test]
+fn a_defined_workflow_with_a_number_no_key_holds_is_refused() {
+    let workflow = |value: &str| {
+        format!(
+            "[mix]\nrefund = 1.0\n[workflows.refund]\nname = \"refund\"\n[[workflows.refund.steps]]\n\
+             id = \"refund-customer\"\naction = \"payments.create_customer\"\n\
+             inputs = {{ email = \"{{{{trigger.email}}}}\", f = {value} }}\n"
+        )
+    };
+    for (value, says) in [("nan", "workflows.refund.steps[0].inputs.f = NaN"), ("9007199254740993", "no double holds")]
+    {
+        let error = error_of(&workflow(value));
+        assert!(error.contains("profile.toml") && error.contains(says), "{value}: {error}");
+    }
 }
 
 /// A key given twice in one table is refused (TOML holds each key once; plain serde_json would keep the last), and the
