@@ -154,3 +154,13 @@ fn a_defined_workflow_the_mix_leaves_out_is_refused() {
     let prepared = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)).expect("a weight of 0 is a choice");
     assert_eq!(prepared.profile.mix.get("refund"), Some(&0.0));
 }
+
+/// The exclusive fault probabilities must sum to at most one; a profile that sets one of them high may be refused for
+/// what the seed drew for the others. The message shows every term, which ones the seed drew, and what to do.
+#[test]
+fn a_fault_sum_over_one_names_the_terms_the_seed_drew() {
+    let error = error_of("[connectors.payments]\nfail_before_commit_p = 1.0\n");
+    assert!(error.contains("connectors.payments") && error.contains("fail_before_commit_p 1 +"), "{error}");
+    assert!(error.contains("(drawn from seed 1)") && error.contains("set them in the profile too"), "{error}");
+    assert!(!error.contains("fail_before_commit_p 1 (drawn"), "the set knob is not marked drawn: {error}");
+}

@@ -176,11 +176,50 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
     let profile: Profile =
         value.try_into().map_err(|e: toml::de::Error| Error(format!("bad profile: {}", e.message())))?;
     for (name, fault) in &profile.connectors {
-        fault.validate().map_err(|e| Error(format!("connectors.{name}: {e}")))?;
+        fault.validate().map_err(|e| match e {
+            connectors_fake::profile::Error::FaultProbabilitiesExceedOne => {
+                Error(format!("connectors.{name}: {e}: {}", exclusive_faults(spec, name, fault, seed, swarm)))
+            }
+            e => Error(format!("connectors.{name}: {e}")),
+        })?;
     }
     validate_world(&profile)?;
     crate::workflows::validate_defined(&profile).map_err(Error)?;
     Ok(profile)
+}
+
+/// The connector's exclusive fault probabilities as they came out, each marked as set by the profile or drawn from the
+/// seed, and what to do: a profile that sets one of them may be refused for the draws of the others, which differ
+/// from seed to seed.
+fn exclusive_faults(spec: &ProfileSpec, connector: &str, fault: &FaultProfile, seed: u64, swarm: bool) -> String {
+    const EXCLUSIVE: [&str; 5] = [
+        "reset_before_send_p",
+        "rate_limit_p",
+        "fail_before_commit_p",
+        "timeout_after_commit_p",
+        "error_after_commit_p",
+    ];
+    let values = serde_json::to_value(fault).unwrap_or_default();
+    let mut sum = 0.0;
+    let mut drawn_any = false;
+    let terms: Vec<String> = EXCLUSIVE
+        .iter()
+        .map(|knob| {
+            let v = values.get(*knob).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+            sum += v;
+            let path = format!("connectors.{connector}.{knob}");
+            let drawn =
+                swarm && !spec_sets(spec, &path) && KNOB_RANGES.iter().any(|r| r.path.replace('*', connector) == path);
+            drawn_any |= drawn && v > 0.0;
+            format!("{knob} {v}{}", if drawn { format!(" (drawn from seed {seed})") } else { String::new() })
+        })
+        .collect();
+    let advice = if drawn_any {
+        "; the drawn ones change with the seed: set them in the profile too (0 for none) to fix the sum"
+    } else {
+        ""
+    };
+    format!("here {} = {sum}{advice}", terms.join(" + "))
 }
 
 /// The slowest traffic a profile may ask for.
