@@ -43,7 +43,11 @@ pub fn junit(cases: &[GateCase]) -> String {
             TestCaseStatus::success()
         } else {
             let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-            status.set_message(case.failure_message()).set_type("gate").set_description(case.failure_message());
+            // The attribute holds one line (an XML parser turns a newline in an attribute into a space, joining the
+            // reason to the repro); the element's text holds both lines.
+            let message = case.failure_message();
+            let first_line = message.lines().next().unwrap_or_default().to_owned();
+            status.set_message(first_line).set_type("gate").set_description(message);
             status
         };
         let mut test_case = TestCase::new(case.name(), status);

@@ -6,6 +6,7 @@
 //!
 //! The CLI (`flowsim report`, `flowsim check`) uses [`load_results`], [`write_report`] and [`junit`].
 
+pub mod files;
 pub mod junit;
 pub mod rates;
 pub mod report;

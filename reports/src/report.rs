@@ -127,8 +127,22 @@ pub struct InvariantRow {
     /// False when no run checked it (I9 without `--check-determinism`): `holds` then claims nothing.
     #[serde(default = "checked_by_default")]
     pub checked: bool,
+    /// When only some of the merged runs checked it (`flowsim check` checks I9 on seed 1 of each scenario): how many
+    /// did, of `runs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_runs: Option<u64>,
+    /// The runs merged into the section.
+    #[serde(default)]
+    pub runs: u64,
     pub violations: u64,
     pub first_violation: Option<String>,
+}
+
+impl InvariantRow {
+    /// `(checked in 11 of 22 runs)` when only some runs checked it, else empty.
+    fn partly(&self) -> String {
+        self.checked_runs.map_or_else(String::new, |n| format!(" (checked in {n} of {} runs)", self.runs))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -244,6 +258,8 @@ fn policy_section(results: Results) -> PolicySection {
                     id: id.clone(),
                     holds: i.holds,
                     checked: i.checked,
+                    checked_runs: i.checked_runs,
+                    runs: results.merged_runs.max(1),
                     violations: i.violations,
                     first_violation: i.first_violation.clone(),
                 })
@@ -365,11 +381,17 @@ fn checked_by_default() -> bool {
 /// The headline's line when no invariant broke: says which were not checked rather than counting them as held.
 fn invariants_held(rows: &[InvariantRow]) -> String {
     let unchecked: Vec<&str> = rows.iter().filter(|i| !i.checked).map(|i| i.id.as_str()).collect();
+    let partly: Vec<String> = rows
+        .iter()
+        .filter(|i| i.checked && i.checked_runs.is_some())
+        .map(|i| format!("{}{}", i.id, i.partly()))
+        .collect();
+    let partly = if partly.is_empty() { String::new() } else { format!("; {}", partly.join(", ")) };
     if unchecked.is_empty() {
-        return format!("Invariants: all {} held", rows.len());
+        return format!("Invariants: all {} held{partly}", rows.len());
     }
     format!(
-        "Invariants: all {} checked held; not checked: {} (I9, determinism, is checked by flowsim run \
+        "Invariants: all {} checked held{partly}; not checked: {} (I9, determinism, is checked by flowsim run \
          --check-determinism and by flowsim check)",
         rows.len() - unchecked.len(),
         unchecked.join(", ")
@@ -465,7 +487,7 @@ pub fn blocks(report: &Report) -> Vec<Block> {
             format!(
                 "Runs without a retry a customer can see: {} ({} of {})",
                 percent(1.0 - section.visible_retries.point),
-                thousands(r.runs - r.runs_with_visible_retry),
+                thousands(r.runs.saturating_sub(r.runs_with_visible_retry)),
                 thousands(r.runs)
             ),
             format!("Automatic retries enabled for {} of actions", percent(r.auto_retry_coverage)),
@@ -658,11 +680,10 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                         p.policy.clone(),
                         i.id.clone(),
                         match (i.holds, i.checked) {
-                            (false, _) => "NO",
-                            (true, true) => "yes",
-                            (true, false) => "not checked",
-                        }
-                        .to_string(),
+                            (false, _) => "NO".to_string(),
+                            (true, true) => format!("yes{}", i.partly()),
+                            (true, false) => "not checked".to_string(),
+                        },
                         thousands(i.violations),
                         i.first_violation.clone().unwrap_or_default(),
                     ]
@@ -722,14 +743,17 @@ pub fn blocks(report: &Report) -> Vec<Block> {
         rows: listed
             .iter()
             .map(|r| {
+                // A merge of several runs (a sweep's bound, a report.json given as input) has no one command;
+                // its seed is only the first run's.
+                let several = r.repro == sim::results::MIXED;
                 vec![
                     r.scenario.clone(),
-                    r.seed.to_string(),
+                    if several { sim::results::MIXED.to_string() } else { r.seed.to_string() },
                     r.policy.clone(),
                     thousands(r.steps),
                     thousands(r.duplicates),
                     if r.all_hold { "held" } else { "BROKEN" }.to_string(),
-                    r.repro.clone(),
+                    if several { "(several runs: see their own results)".to_string() } else { r.repro.clone() },
                 ]
             })
             .collect(),
@@ -851,17 +875,20 @@ pub fn render_json(report: &Report) -> String {
 /// Writes `report.md`, `report.html` and `report.json` for `results` (against `baseline`) into `out_dir`, creating
 /// it if needed.
 pub fn write_report(results: &[Results], baseline: Option<&Results>, out_dir: &Path) -> Result<(), Error> {
-    let report = build_report(results, baseline)?;
+    write_built(&build_report(results, baseline)?, out_dir)
+}
+
+/// Writes the three files of a report already built ([`write_report`]).
+pub fn write_built(report: &Report, out_dir: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
-    for (name, text) in [
-        ("report.md", render_markdown(&report)),
-        ("report.html", render_html(&report)),
-        ("report.json", render_json(&report)),
-    ] {
-        let path = out_dir.join(name);
-        std::fs::write(&path, text).map_err(|source| Error::Write { path, source })?;
-    }
-    Ok(())
+    let files = [
+        (out_dir.join("report.md"), render_markdown(report)),
+        (out_dir.join("report.html"), render_html(report)),
+        (out_dir.join("report.json"), render_json(report)),
+    ];
+    // All three or none: a failure leaves the directory's earlier report whole.
+    crate::files::write_all(files.iter().map(|(path, text)| (path.as_path(), text.as_bytes())))
+        .map_err(|e| Error::Write { path: e.path, source: e.source })
 }
 
 /// Reads a results JSON file (`flowsim run --json`), or a `report.json`, whose first policy's merged results it
@@ -870,6 +897,32 @@ pub fn load_results(path: impl AsRef<Path>) -> Result<Results, Error> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
     parse_results(&text, path)
+}
+
+/// Refuses results whose counts contradict each other (a hand-edited or corrupted file): the report would print
+/// nonsense from them, a share above 100 % or a count that wrapped around.
+pub fn check_counts(r: &Results) -> Result<(), String> {
+    for (name, count) in [
+        ("runs_with_visible_retry", r.runs_with_visible_retry),
+        ("paused_runs", r.paused_runs),
+        ("failed_runs", r.failed_runs),
+    ] {
+        if count > r.runs {
+            return Err(format!("{name} = {count} is more than runs = {}", r.runs));
+        }
+    }
+    let action_steps: u64 = r.actions.values().map(|a| a.steps).fold(0, u64::saturating_add);
+    if action_steps != r.steps {
+        return Err(format!("the actions' steps add up to {action_steps}, not to steps = {}", r.steps));
+    }
+    let action_duplicates: u64 = r.actions.values().map(|a| a.duplicates).fold(0, u64::saturating_add);
+    if action_duplicates != r.duplicates.total {
+        return Err(format!(
+            "the actions' duplicates add up to {action_duplicates}, not to duplicates.total = {}",
+            r.duplicates.total
+        ));
+    }
+    Ok(())
 }
 
 /// [`load_results`] on text already read; `path` names the source in errors.

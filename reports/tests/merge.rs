@@ -34,7 +34,7 @@ fn merge_of_two_shards_equals_the_sum() {
     assert_eq!(merged.scenario, "month");
     assert_eq!(merged.policy, "rules");
     assert_eq!(merged.seed, 1);
-    assert_eq!(merged.repro, "mixed");
+    assert_eq!(merged.repro, sim::results::MIXED);
     assert_eq!(merged.trace_hash, all.iter().map(|r| r.trace_hash.clone()).collect::<Vec<_>>().join(","));
     assert_eq!(merged.latency.max_ms, 9004);
     assert_eq!(merged.latency.p50_ms, 44);
@@ -67,8 +67,8 @@ fn merge_marks_disagreement_and_keeps_broken_invariants() {
     broken.knobs.insert("crash_rate".to_string(), serde_json::json!(0.5));
     let mut merged = naive(8);
     merged.merge(&broken);
-    assert_eq!(merged.policy, "mixed");
-    assert_eq!(merged.knobs["crash_rate"], serde_json::json!("mixed"));
+    assert_eq!(merged.policy, sim::results::MIXED);
+    assert_eq!(merged.knobs["crash_rate"], serde_json::json!(sim::results::MIXED));
     assert!(!merged.invariants["I4"].holds);
     assert_eq!(merged.invariants["I4"].violations, 2);
     assert_eq!(merged.invariants["I4"].first_violation.as_deref(), Some("key k9 has 2 effects | <b>"));

@@ -374,7 +374,7 @@ pub fn main(args: &CheckArgs) -> i32 {
             return 2;
         }
     };
-    if let Err(e) = crate::output::check_all([&args.junit, &args.json]) {
+    if let Err(e) = crate::output::check_all([&args.junit, &args.json], &[budgets_path.as_path()]) {
         eprintln!("flowsim check: {e}");
         return 2;
     }
@@ -423,15 +423,14 @@ pub fn main(args: &CheckArgs) -> i32 {
         (&args.junit, reports::junit(&verdicts)),
         (&args.json, serde_json::to_string_pretty(&file).expect("a check file serialises")),
     ];
-    for (path, text) in outputs {
-        if let Some(path) = path
-            && let Err(source) = std::fs::write(path, text)
-        {
-            eprintln!("flowsim check: {}", Error::Write { path: path.clone(), source });
-            return 2;
-        }
-    }
+    // The verdict is printed first, so a failed write (checked for before the cases ran: a full disk or the like)
+    // does not hide it. Both files or neither.
     outln!("flowsim check: {} of {} cases passed", records.len() - failed.len(), records.len());
+    let outputs = outputs.iter().filter_map(|(path, text)| path.as_ref().map(|p| (p.as_path(), text.as_bytes())));
+    if let Err(e) = reports::files::write_all(outputs) {
+        eprintln!("flowsim check: {}", Error::Write { path: e.path, source: e.source });
+        return 2;
+    }
     if failed.is_empty() { 0 } else { 1 }
 }
 

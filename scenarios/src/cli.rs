@@ -275,7 +275,10 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         eprintln!("flowsim run: --jobs must be between 1 and 256");
         return 2;
     }
-    if let Err(e) = crate::output::check_all([&args.json, &args.trace]) {
+    // A scenario given as a file is read; no output may be written over it.
+    let scenario_file = std::path::Path::new(&args.scenario);
+    let inputs: &[&std::path::Path] = if scenario_file.is_file() { &[scenario_file] } else { &[] };
+    if let Err(e) = crate::output::check_all([&args.json, &args.trace], inputs) {
         eprintln!("flowsim run: {e}");
         return 2;
     }
@@ -345,11 +348,12 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         None => text,
     });
     let trace = args.trace.as_ref().zip(trace).map(|(path, text)| (path, text.into_bytes()));
-    for (path, bytes) in json.into_iter().chain(trace) {
-        if let Err(e) = std::fs::write(path, bytes) {
-            eprintln!("flowsim run: cannot write {}: {e}", path.display());
-            write_failed = true;
-        }
+    // Both files or neither.
+    if let Err(e) =
+        reports::files::write_all(json.iter().chain(&trace).map(|(path, bytes)| (path.as_path(), bytes.as_slice())))
+    {
+        eprintln!("flowsim run: {e}");
+        write_failed = true;
     }
     if let Some(note) = &run_unseen {
         eprintln!("flowsim run: {note}");

@@ -79,20 +79,45 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     }
 }
 
-/// [`check_writable`] for each of the paths given, which must be distinct files: two outputs written to one path
-/// would leave only the last (`run --json x --trace x` kept the trace and lost the results).
-pub fn check_all<'a>(paths: impl IntoIterator<Item = &'a Option<std::path::PathBuf>>) -> Result<(), String> {
-    let paths: Vec<&std::path::PathBuf> = paths.into_iter().flatten().collect();
+/// Whether `a` and `b` name one file: the same file on disk when both exist (through links, `./x` and `x`, hard
+/// links), else the same absolute path once the directory is resolved.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        use std::os::unix::fs::MetadataExt as _;
+        return (x.dev(), x.ino()) == (y.dev(), y.ino());
+    }
+    let resolved = |p: &Path| {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        match (p.parent().and_then(|d| std::fs::canonicalize(d).ok()), p.file_name()) {
+            (Some(dir), Some(name)) => dir.join(name),
+            _ => p,
+        }
+    };
+    resolved(a) == resolved(b)
+}
+
+/// [`check_writable`] for each of the outputs given, which must be distinct files, none of them one of the command's
+/// `inputs`: two outputs written to one path would leave only the last (`run --json x --trace x` kept the trace and
+/// lost the results), and an output written over an input (`check --budgets b.toml --json b.toml`) would destroy it.
+pub fn check_all<'a>(
+    outputs: impl IntoIterator<Item = &'a Option<std::path::PathBuf>>,
+    inputs: &[&Path],
+) -> Result<(), String> {
+    let paths: Vec<&std::path::PathBuf> = outputs.into_iter().flatten().collect();
     for (i, a) in paths.iter().enumerate() {
-        let same = |b: &std::path::PathBuf| match (std::path::absolute(a), std::path::absolute(b)) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => *a == b,
-        };
-        if let Some(b) = paths[i + 1..].iter().find(|b| same(b)) {
+        if let Some(b) = paths[i + 1..].iter().find(|b| same_file(a, b)) {
             return Err(format!(
                 "{} and {} are one file: each output needs a file of its own",
                 a.display(),
                 b.display()
+            ));
+        }
+        if let Some(input) = inputs.iter().find(|input| same_file(a, input)) {
+            return Err(format!(
+                "{} is also an input of this command ({}): writing it would destroy what was read",
+                a.display(),
+                input.display()
             ));
         }
     }
@@ -125,9 +150,30 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("out.json");
         let again = dir.path().join(".").join("out.json");
-        let e = check_all([&Some(path.clone()), &None, &Some(again)]).expect_err("refused");
+        let e = check_all([&Some(path.clone()), &None, &Some(again)], &[]).expect_err("refused");
         assert!(e.contains("are one file"), "{e}");
-        check_all([&Some(path), &Some(dir.path().join("trace.txt"))]).expect("two files");
+        check_all([&Some(path), &Some(dir.path().join("trace.txt"))], &[]).expect("two files");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn one_file_through_a_link_or_as_an_input_is_refused() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (real, link) = (dir.path().join("s1"), dir.path().join("s2"));
+        std::fs::write(&real, b"kept").expect("write");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        let e = check_all([&Some(real.clone()), &Some(link.clone())], &[]).expect_err("refused");
+        assert!(e.contains("are one file"), "{e}");
+        let budgets = dir.path().join("budgets.toml");
+        std::fs::write(&budgets, b"[x]").expect("write");
+        let e =
+            check_all([&Some(dir.path().join(".").join("budgets.toml"))], &[budgets.as_path()]).expect_err("refused");
+        assert!(e.contains("also an input"), "{e}");
+        let e = check_all([&Some(link)], &[real.as_path()]).expect_err("refused");
+        assert!(e.contains("also an input"), "{e}");
+        assert_eq!(std::fs::read(&real).expect("read"), b"kept");
+        assert_eq!(std::fs::read(&budgets).expect("read"), b"[x]");
+        check_all([&Some(dir.path().join("new.json"))], &[budgets.as_path()]).expect("another file");
     }
 
     #[test]
@@ -156,7 +202,7 @@ mod tests {
     #[test]
     fn an_empty_name_is_refused() {
         assert!(check_writable(Path::new("")).is_err());
-        assert!(check_all([&None, &Some(std::path::PathBuf::new())]).is_err());
-        assert!(check_all([&None, &None]).is_ok());
+        assert!(check_all([&None, &Some(std::path::PathBuf::new())], &[]).is_err());
+        assert!(check_all([&None, &None], &[]).is_ok());
     }
 }

@@ -3,12 +3,20 @@
 //! An input is either a results file (`flowsim run --json`, or a `report.json`) or a `flowsim check --json` file
 //! (`check_format` = [`crate::check::CHECK_FORMAT`]). A check file contributes each of its non-canary cases' results;
 //! the cases of every check file given are put in suite order (by case index), so the shards of a sweep make the
-//! same report as the unsharded sweep. Plain results files come first, in the order given. A case index given twice
-//! is refused: it would count one simulation twice.
+//! same report as the unsharded sweep. Plain results files come first, in the order given.
+//!
+//! A simulation given twice is refused, whichever files hold it (the same file twice, a `report.json` beside one of
+//! its inputs, overlapping shards): it would be counted twice, and its doubled sample would narrow every interval.
+//! A simulation is known by its trace hash (each shard's, for a merge) and its ledger: the two ledgers simulate the
+//! same events, so their runs of one seed share a hash and are still two measurements.
+//!
+//! Exit codes: 0 when the report is written and shows nothing wrong; 1 when it is written and shows an invariant
+//! broken under the `rules` policy (the `naive` policy is the "before" and breaks them by design) or a regression
+//! against the baseline; 2 when an input is bad or a file cannot be written (nothing is written then).
 
 use crate::catalogue::Expect;
 use crate::check::{CHECK_FORMAT, CheckFile, expect_name};
-use sim::results::Results;
+use sim::results::{MIXED, Results};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -26,16 +34,30 @@ pub struct ReportArgs {
     pub baseline: Option<PathBuf>,
 }
 
+/// One result and where it came from.
+struct Input<'a> {
+    results: Results,
+    path: &'a Path,
+}
+
 /// The results of the inputs, in report order. Errors name the file (exit 2).
 pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
     let mut plain = Vec::new();
-    let mut cases: BTreeMap<u64, (Results, &Path)> = BTreeMap::new();
-    for path in inputs {
+    // (case index, file order): shards of one suite fall into suite order; cases of different suites that share an
+    // index both stay.
+    let mut cases: Vec<(u64, usize, Input<'_>)> = Vec::new();
+    let mut suites: Vec<(String, &Path)> = Vec::new();
+    let mut canary_only = Vec::new();
+    for (order, path) in inputs.iter().enumerate() {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let value: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| format!("{}:{}:{}: not JSON: {e}", path.display(), e.line(), e.column()))?;
+        // serde_json keeps the last of a member given twice; a results file never has one.
+        engine::canonical::canonicalize_bytes(text.as_bytes())
+            .map_err(|e| format!("{}: not a flowsim results file: {e}", path.display()))?;
         if value.get("check_format").is_none() {
-            plain.push(reports::report::parse_results(&text, path).map_err(|e| e.to_string())?);
+            let results = reports::report::parse_results(&text, path).map_err(|e| e.to_string())?;
+            plain.push(Input { results, path });
             continue;
         }
         let file: CheckFile =
@@ -47,46 +69,148 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
                 file.check_format
             ));
         }
+        suites.push((format!("profile {}, {} seeds, {} steps", file.profile, file.seeds, file.steps), path));
+        let before = cases.len();
         for case in file.cases.into_iter().filter(|c| c.expect != expect_name(Expect::CanaryFails)) {
-            if let Some((_, first)) = cases.get(&case.index) {
-                return Err(format!(
-                    "{}: case {} ({}) is also in {}: a case must be counted once",
-                    path.display(),
-                    case.index,
-                    case.verdict.name(),
-                    first.display()
-                ));
-            }
             // A case whose simulation panicked has no results to count (its failure is in the check's verdicts).
             if let Some(results) = case.results {
-                cases.insert(case.index, (results, path));
+                cases.push((case.index, order, Input { results, path }));
             }
         }
+        if cases.len() == before {
+            canary_only.push(path);
+        }
     }
-    plain.extend(cases.into_values().map(|(r, _)| r));
-    Ok(plain)
+    cases.sort_by_key(|(index, order, _)| (*index, *order));
+    plain.extend(cases.into_iter().map(|(_, _, input)| input));
+    if plain.is_empty()
+        && let Some(path) = canary_only.first()
+    {
+        return Err(format!(
+            "{} holds no results to report on: a report leaves out the canary (the harness's self-test, not a rate) \
+             and cases whose simulation panicked",
+            path.display()
+        ));
+    }
+    for input in &plain {
+        reports::report::check_counts(&input.results).map_err(|e| format!("{}: {e}", input.path.display()))?;
+    }
+    refuse_twice_counted(&plain)?;
+    suites.dedup_by(|a, b| a.0 == b.0);
+    if suites.len() > 1 {
+        let listed: Vec<String> = suites.iter().map(|(s, path)| format!("{} ({s})", path.display())).collect();
+        outln!("flowsim report: note: the check files come from different suites: {}", listed.join("; "));
+    }
+    Ok(plain.into_iter().map(|input| input.results).collect())
+}
+
+/// Refuses a simulation counted twice (see the module's doc).
+fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
+    let mut seen: BTreeMap<&str, Vec<(&str, &Input<'_>)>> = BTreeMap::new();
+    for input in inputs {
+        let r = &input.results;
+        for hash in r.trace_hash.split(',').filter(|h| !h.is_empty()) {
+            let earlier = seen.entry(hash).or_default();
+            let clash = earlier.iter().find(|(ledger, _)| *ledger == r.ledger || *ledger == MIXED || r.ledger == MIXED);
+            if let Some((_, first)) = clash {
+                let what = format!(
+                    "the simulation of {} seed {} ({} ledger, trace hash {hash})",
+                    r.scenario, r.seed, r.ledger
+                );
+                return Err(if first.path == input.path {
+                    format!("{} is given twice: {what} would be counted twice", input.path.display())
+                } else {
+                    format!(
+                        "{}: {what} is also in {}: a simulation must be counted once",
+                        input.path.display(),
+                        first.path.display()
+                    )
+                });
+            }
+            earlier.push((&r.ledger, input));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the report shows something wrong: an invariant broken under the `rules` policy, or a regression against the
+/// baseline. Returns what to say.
+fn what_is_wrong(report: &reports::Report) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for section in report.policies.iter().filter(|p| p.policy != "naive") {
+        let broken: Vec<&str> = section.invariants.iter().filter(|i| !i.holds).map(|i| i.id.as_str()).collect();
+        if !broken.is_empty() {
+            wrong.push(format!("invariants broken under the {} policy: {}", section.policy, broken.join(", ")));
+        }
+    }
+    if let Some(diff) = &report.baseline
+        && diff.regression_count > 0
+    {
+        wrong.push(format!("{} regression(s) against the baseline", diff.regression_count));
+    }
+    wrong
 }
 
 /// Runs `flowsim report` and returns the exit code.
 pub fn main(args: &ReportArgs) -> i32 {
-    let results = match collect(&args.inputs) {
-        Ok(r) => r,
+    match report(args) {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("flowsim report: {e}");
-            return 2;
+            2
         }
-    };
-    let baseline = match args.baseline.as_ref().map(reports::load_results).transpose() {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("flowsim report: baseline: {e}");
-            return 2;
-        }
-    };
-    if let Err(e) = reports::write_report(&results, baseline.as_ref(), &args.out) {
-        eprintln!("flowsim report: {e}");
-        return 2;
     }
-    outln!("flowsim report: {} results written to {}", results.len(), args.out.display());
-    0
+}
+
+fn report(args: &ReportArgs) -> Result<i32, String> {
+    let outputs: Vec<Option<PathBuf>> =
+        ["report.md", "report.html", "report.json"].iter().map(|name| Some(args.out.join(name))).collect();
+    let inputs: Vec<&Path> = args.inputs.iter().chain(&args.baseline).map(PathBuf::as_path).collect();
+    // Only the names are compared here (the directory may not exist yet): an input inside --out would be replaced.
+    if let Some((output, input)) =
+        outputs.iter().flatten().find_map(|o| inputs.iter().find(|i| crate::output::same_file(o, i)).map(|i| (o, i)))
+    {
+        return Err(format!(
+            "{} is also an input of this command ({}): writing it would destroy what was read",
+            output.display(),
+            input.display()
+        ));
+    }
+    let results = collect(&args.inputs)?;
+    let scenarios = |all: &[Results]| {
+        let mut s: Vec<String> = all.iter().map(|r| r.scenario.clone()).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let baseline = match &args.baseline {
+        None => None,
+        Some(path) => {
+            let all = collect(std::slice::from_ref(path)).map_err(|e| format!("baseline: {e}"))?;
+            // Said when both sides name their scenarios (a merge, such as a report.json, does not).
+            let (old, new) = (scenarios(&all), scenarios(&results));
+            if old != new && !old.iter().chain(&new).any(|s| s == MIXED) {
+                outln!(
+                    "flowsim report: note: the baseline covers {}, these results {}: the diff compares different \
+                     traffic",
+                    old.join(", "),
+                    new.join(", ")
+                );
+            }
+            Results::merge_all(&all)
+        }
+    };
+    let report = reports::build_report(&results, baseline.as_ref()).map_err(|e| e.to_string())?;
+    reports::report::write_built(&report, &args.out).map_err(|e| e.to_string())?;
+    outln!(
+        "flowsim report: {} result{} written to {}",
+        results.len(),
+        if results.len() == 1 { "" } else { "s" },
+        args.out.display()
+    );
+    let wrong = what_is_wrong(&report);
+    for w in &wrong {
+        outln!("flowsim report: {w}");
+    }
+    Ok(if wrong.is_empty() { 0 } else { 1 })
 }

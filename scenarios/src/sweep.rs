@@ -250,6 +250,19 @@ fn sweep(_args: &SweepArgs) -> Result<i32, String> {
         .into())
 }
 
+/// A run may have to wait out the declared bound at more than one of its steps (and again after a crash), and every
+/// run must be finished or paused before the heal phase ends (I8). A bound beyond a quarter of the heal phase is
+/// refused: its I8 failure would be the sweep's own doing, not the engine's.
+pub fn check_bounds_fit_the_heal(bounds_ms: &[u64], heal_s_max: u64) -> Result<(), String> {
+    let limit_ms = heal_s_max.saturating_mul(1000) / 4;
+    match bounds_ms.iter().find(|b| **b > limit_ms) {
+        Some(b) => Err(format!(
+            "bound {b} ms is more than a quarter of the scenario's heal phase (world.heal_s_max = {heal_s_max} s, so              at most {limit_ms} ms): a run may wait out the bound at several steps, and must end before the heal              does (I8). Give smaller bounds, or a scenario file with a longer heal_s_max"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Refuses an output directory that holds another sweep's points (`bound-<ms>.json` or `.toml` for a bound this sweep
 /// does not measure): the charting command this sweep prints, `report DIR/bound-*.json`, would merge them with its
 /// own. Files of this sweep's own bounds are rewritten, so running the same sweep again into its directory is fine.
@@ -284,16 +297,34 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     // A connector the sweep cannot measure is refused before anything is written or run.
     let profile = crate::run::prepare(&args.scenario, 1, Some(args.steps))?.profile;
     check_connector(&profile, &args.connector, &args.scenario)?;
+    check_bounds_fit_the_heal(&args.bounds_ms, profile.world.heal_s_max)?;
     check_no_other_sweep(&args.out, &args.bounds_ms)?;
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
-    // Write every point's profile file first: a bad scenario fails before any simulation runs.
-    let mut files = Vec::new();
-    for &bound in &args.bounds_ms {
-        let path = args.out.join(format!("bound-{bound}.toml"));
-        let profile = profile_text(&text, &args.connector, bound)?;
-        std::fs::write(&path, profile).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // Every file the sweep writes is checked before the first is written: none may be the scenario it reads (a
+    // profile file of an earlier sweep in the same directory), and each must be writable.
+    let files: Vec<PathBuf> = args.bounds_ms.iter().map(|b| args.out.join(format!("bound-{b}.toml"))).collect();
+    let outputs: Vec<Option<PathBuf>> = files
+        .iter()
+        .cloned()
+        .chain(args.bounds_ms.iter().map(|b| args.out.join(format!("bound-{b}.json"))))
+        .chain([args.out.join("sweep.md")])
+        .map(Some)
+        .collect();
+    let scenario_file = std::path::Path::new(&args.scenario);
+    let inputs: &[&std::path::Path] = if scenario_file.is_file() { &[scenario_file] } else { &[] };
+    crate::output::check_all(&outputs, inputs)?;
+    // Every point's profile file, checked and then written (all of them or none): a bad scenario fails before any
+    // simulation runs.
+    let mut profiles = Vec::new();
+    for (&bound, path) in args.bounds_ms.iter().zip(&files) {
+        let text = profile_text(&text, &args.connector, bound)?;
+        crate::catalogue::parse(&text, &path.display().to_string())?;
+        profiles.push(text);
+    }
+    reports::files::write_all(files.iter().map(PathBuf::as_path).zip(profiles.iter().map(|t| t.as_bytes())))
+        .map_err(|e| e.to_string())?;
+    for path in &files {
         crate::run::prepare(path.to_str().ok_or("the output path is not UTF-8")?, 1, Some(args.steps))?;
-        files.push(path);
     }
     let points: Vec<(usize, u64)> =
         (0..files.len()).flat_map(|b| (1..=args.seeds).map(move |seed| (b, seed))).collect();
@@ -334,16 +365,20 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         by_bound[*b].push(outcome?);
     }
     let mut rows = Vec::new();
+    let mut written = Vec::new();
     for (b, results) in by_bound.iter().enumerate() {
         let merged = Results::merge_all(results.iter()).expect("at least one seed per bound");
         let path = args.out.join(format!("bound-{}.json", args.bounds_ms[b]));
         let json = serde_json::to_string_pretty(&merged).expect("results serialise");
-        std::fs::write(&path, json + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push((path, json + "\n"));
         rows.push(row(args.bounds_ms[b], &args.connector, &merged)?);
     }
     let table = table(&args.scenario, &args.connector, args.seeds, args.steps, &rows);
     let path = args.out.join("sweep.md");
-    std::fs::write(&path, &table).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    written.push((path.clone(), table.clone()));
+    // Every result file and the table, or none of them.
+    reports::files::write_all(written.iter().map(|(path, text)| (path.as_path(), text.as_bytes())))
+        .map_err(|e| e.to_string())?;
     outln!("{table}");
     // The directory is quoted for the shell where it needs to be, and the glob after it is left for the shell.
     let out = args.out.to_string_lossy();

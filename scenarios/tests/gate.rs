@@ -61,6 +61,29 @@ fn output_files_that_cannot_be_written_are_exit_2_before_any_case_runs() {
     }
 }
 
+/// An output over the budget file it reads, or two outputs that are one file through a link, are refused before any
+/// case runs, and every file is left as it was.
+#[test]
+fn an_output_over_an_input_or_over_another_output_is_refused() {
+    let dir = temp_dir("check-clash");
+    let budgets = dir.join("budgets.toml");
+    std::fs::write(&budgets, GOOD_BUDGETS).expect("write budgets");
+    let link = dir.join("link.xml");
+    std::os::unix::fs::symlink(&budgets, &link).expect("symlink");
+    for (args, says) in [
+        (vec!["--budgets", path_str(&budgets), "--json", path_str(&budgets)], "also an input"),
+        (vec!["--budgets", path_str(&budgets), "--junit", path_str(&link)], "also an input"),
+        (vec!["--json", path_str(&budgets), "--junit", path_str(&link)], "are one file"),
+    ] {
+        let mut all = vec!["check", "--seeds", "1", "--steps", "10"];
+        all.extend(&args);
+        let out = flowsim(&all);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+        assert_eq!(std::fs::read_to_string(&budgets).expect("read"), GOOD_BUDGETS, "{args:?}");
+    }
+}
+
 #[cfg(not(madsim))]
 #[test]
 fn check_without_the_simulation_cfg_exits_2_naming_the_alias() {
@@ -184,9 +207,59 @@ mod simulated {
         let out = flowsim(&["report", path_str(&jsons[2]), path_str(&jsons[1]), "--out", path_str(&parts)]);
         assert_eq!(out.code, 0, "{}", out.stderr);
         assert_eq!(report_figures(&whole), report_figures(&parts));
-        // A shard given twice would count its cases twice.
+        // A shard given twice would count its cases twice, and so would a shard beside the whole, or a report beside
+        // what it was made from.
         let out = flowsim(&["report", path_str(&jsons[1]), path_str(&jsons[1]), "--out", path_str(&parts)]);
         assert_eq!(out.code, 2, "{}", out.stderr);
-        assert!(out.stderr.contains("counted once"), "{}", out.stderr);
+        assert!(out.stderr.contains("is given twice"), "{}", out.stderr);
+        let report_json = whole.join("report.json");
+        for pair in [[&jsons[0], &jsons[1]], [&report_json, &jsons[2]]] {
+            let out = flowsim(&["report", path_str(pair[0]), path_str(pair[1]), "--out", path_str(&dir.join("x"))]);
+            assert_eq!(out.code, 2, "{pair:?}: {}", out.stderr);
+            assert!(out.stderr.contains("counted once"), "{pair:?}: {}", out.stderr);
+        }
+        // The canary alone is no rate to report.
+        let canary = dir.join("canary.json");
+        let out = tiny(&["--shard", "11/12", "--json", path_str(&canary)]);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        let out = flowsim(&["report", path_str(&canary), "--out", path_str(&dir.join("y"))]);
+        assert_eq!(out.code, 2, "{}", out.stderr);
+        assert!(out.stderr.contains("leaves out the canary"), "{}", out.stderr);
+    }
+
+    /// `report` exits 1 when what it reports shows an invariant broken under the rules policy (the naive policy is the
+    /// "before" and breaks them by design), and writes all three files or none.
+    #[test]
+    fn report_exits_1_on_a_broken_invariant_and_writes_all_or_nothing() {
+        let dir = temp_dir("report-verdict");
+        let broken = dir.join("canary.json");
+        let out = flowsim(&["run", "--scenario", "canary", "--steps", "300", "--json", path_str(&broken)]);
+        assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+        let out_dir = dir.join("report");
+        let out = flowsim(&["report", path_str(&broken), "--out", path_str(&out_dir)]);
+        assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("invariants broken under the rules policy"), "{}", out.stdout);
+        // The same figures as the naive policy's: the "before", whose broken invariants are the point.
+        let mut naive: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&broken).expect("read")).expect("JSON");
+        naive["policy"] = "naive".into();
+        naive["repro"] = "cargo flowsim run --scenario canary --steps 300 --policy naive".into();
+        let naive_file = dir.join("naive.json");
+        std::fs::write(&naive_file, serde_json::to_string(&naive).expect("JSON")).expect("write");
+        let other = dir.join("other");
+        let out = flowsim(&["report", path_str(&naive_file), "--out", path_str(&other)]);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        // A directory where report.html goes: exit 2, and the earlier report.md stays as it was.
+        std::fs::remove_file(other.join("report.html")).expect("remove");
+        std::fs::create_dir(other.join("report.html")).expect("mkdir");
+        let before = std::fs::read(other.join("report.md")).expect("read");
+        let out = flowsim(&["report", path_str(&broken), "--out", path_str(&other)]);
+        assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+        assert_eq!(std::fs::read(other.join("report.md")).expect("read"), before, "report.md was replaced");
+        // An input inside --out, where the report would write over it.
+        std::fs::copy(&broken, out_dir.join("report.json")).expect("copy");
+        let out = flowsim(&["report", path_str(&out_dir.join("report.json")), "--out", path_str(&out_dir)]);
+        assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("also an input"), "{}", out.stderr);
     }
 }

@@ -100,3 +100,36 @@ fn a_connector_without_a_lookup_action_is_refused_before_any_simulation() {
         assert!(!out.exists(), "{connector}: the output directory was made");
     }
 }
+
+/// A bound the heal phase cannot cover would break I8 for the sweep's own reason: refused, naming the knob. And no
+/// point's file may be the scenario being read (an earlier sweep's profile file in the same directory): refused
+/// before anything is written, the file left as it was.
+#[cfg(madsim)]
+#[test]
+fn a_bound_beyond_the_heal_or_an_output_over_the_scenario_is_refused() {
+    let dir = temp_dir("sweep-clash");
+    let out = path_str(&dir);
+    let o = flowsim(&["sweep", "--out", out, "--steps", "100", "--seeds", "1", "--bounds-ms", "0,604800000"]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("bound 604800000 ms") && o.stderr.contains("heal_s_max"), "{}", o.stderr);
+    let scenario = dir.join("bound-0.toml");
+    let text = "# kept\n[mix]\ncheckout = 1.0\n";
+    std::fs::write(&scenario, text).expect("write the scenario");
+    let o = flowsim(&[
+        "sweep",
+        "--scenario",
+        path_str(&scenario),
+        "--out",
+        out,
+        "--steps",
+        "100",
+        "--seeds",
+        "1",
+        "--bounds-ms",
+        "0,5000",
+    ]);
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("also an input"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(&scenario).expect("read"), text);
+    assert!(!dir.join("bound-5000.toml").exists(), "nothing is written");
+}

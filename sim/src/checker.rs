@@ -494,7 +494,13 @@ impl Checker {
                 let checked = *id != "I9" || determinism_checked;
                 (
                     (*id).to_owned(),
-                    InvariantResult { holds: v.count == 0, violations: v.count, first_violation: v.first, checked },
+                    InvariantResult {
+                        holds: v.count == 0,
+                        violations: v.count,
+                        first_violation: v.first,
+                        checked,
+                        checked_runs: None,
+                    },
                 )
             })
             .collect()

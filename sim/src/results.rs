@@ -5,7 +5,7 @@
 //! Maps are `BTreeMap` so their order is fixed. Counts are plain sums, so results of shards (or of several seeds)
 //! merge by adding them (see [`Results::merge`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A count of how often an invariant was broken.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -16,6 +16,10 @@ pub struct InvariantResult {
     /// `flowsim check`); `holds` is then true and means nothing.
     #[serde(default = "yes")]
     pub checked: bool,
+    /// In a merge of runs some of which checked it and some not (`flowsim check` checks I9 on seed 1 only): how
+    /// many of the [`Results::merged_runs`] did. Absent when all of them did, or none (`checked` says which).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_runs: Option<u64>,
     /// A description of the first violation, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_violation: Option<String>,
@@ -125,7 +129,7 @@ fn one() -> u64 {
 }
 
 /// What a merge writes into a text field whose inputs disagree.
-pub const MIXED: &str = "mixed";
+pub const MIXED: &str = "(several)";
 
 /// `a` if both agree, else [`MIXED`]. Associative: the result is `a` exactly when every input was `a`.
 fn merge_text(a: &mut String, b: &str) {
@@ -143,8 +147,8 @@ impl Results {
     /// Folds `other` into `self`, so that the results of shards (or of several seeds) add up to one.
     ///
     /// Counts are summed and maps merged key-wise. Text that differs (`scenario`, `policy`, `ledger`, `repro`, an
-    /// action's `class`, a knob) becomes `"mixed"`; `seed` stays the first one's. Trace hashes are joined in order with
-    /// `,`. Figures that cannot be summed are merged so that the merge stays associative (merging shard merges gives
+    /// action's `class`, a knob) becomes `"(several)"` ([`MIXED`]: no scenario, policy or command is named so);
+    /// `seed` stays the first one's. Trace hashes are joined in order with `,`. Figures that cannot be summed are merged so that the merge stays associative (merging shard merges gives
     /// the same as merging every run at once): latency percentiles keep the larger value (a conservative bound; exact
     /// percentiles would need histograms), `peak_rss_bytes` the larger, an action's `lag_bound_ms` stays only if
     /// equal, `auto_retry_coverage` stays if equal and is otherwise the mean weighted by runs. `steps_per_second` is
@@ -196,21 +200,33 @@ impl Results {
                 Some(ours) => ours.merge(theirs),
             }
         }
-        for (id, theirs) in &other.invariants {
-            match self.invariants.get_mut(id) {
-                None => {
-                    self.invariants.insert(id.clone(), theirs.clone());
-                }
-                Some(ours) => {
-                    ours.holds &= theirs.holds;
-                    // Checked only when every merged result checked it; a violation shows all the same (`holds`).
-                    ours.checked &= theirs.checked;
-                    ours.violations += theirs.violations;
-                    if ours.first_violation.is_none() {
-                        ours.first_violation.clone_from(&theirs.first_violation);
-                    }
+        // How many runs of each side checked an invariant; a side without it did not check it.
+        let (our_runs, their_runs) = (self.merged_runs.max(1), other.merged_runs.max(1));
+        let checked_in = |i: Option<&InvariantResult>, runs: u64| {
+            i.map_or(0, |i| i.checked_runs.unwrap_or(if i.checked { runs } else { 0 }))
+        };
+        let ids: BTreeSet<&String> = self.invariants.keys().chain(other.invariants.keys()).collect();
+        for id in ids.into_iter().cloned().collect::<Vec<String>>() {
+            let theirs = other.invariants.get(&id);
+            let checked = checked_in(self.invariants.get(&id), our_runs) + checked_in(theirs, their_runs);
+            let ours = self.invariants.entry(id).or_insert_with(|| InvariantResult {
+                holds: true,
+                violations: 0,
+                checked: false,
+                checked_runs: None,
+                first_violation: None,
+            });
+            if let Some(theirs) = theirs {
+                ours.holds &= theirs.holds;
+                ours.violations += theirs.violations;
+                if ours.first_violation.is_none() {
+                    ours.first_violation.clone_from(&theirs.first_violation);
                 }
             }
+            // Checked when any merged run checked it, and how many did when not all (a violation shows all the same:
+            // `holds`).
+            ours.checked = checked > 0;
+            ours.checked_runs = (checked > 0 && checked < our_runs + their_runs).then_some(checked);
         }
         for (cause, count) in &other.crashes {
             *self.crashes.entry(cause.clone()).or_default() += count;

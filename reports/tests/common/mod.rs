@@ -42,6 +42,7 @@ pub fn results(scenario: &str, seed: u64, policy: &str, actions: &[ActionSpec], 
                 violations: u64::from(bad) * 2,
                 first_violation: bad.then(|| format!("key k{seed} has 2 effects | <b>")),
                 checked: true,
+                checked_runs: None,
             };
             (id, inv)
         })

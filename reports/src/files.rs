@@ -1,0 +1,148 @@
+//! Output files written so that a failure loses nothing: every file of a set is first written whole into a temporary
+//! file beside it, and only once all of them are written are they renamed into place. A full disk, a directory in a
+//! file's place or a refused permission then leaves every earlier file as it was (a report's `report.md` new and its
+//! `report.json` old, say, is never the outcome), and a reader never sees a half-written file.
+//!
+//! The temporary files and their renames are `tempfile`'s (`NamedTempFile::persist`), which removes a temporary file
+//! that is not persisted. Two kinds of path are written in place instead, because a rename would replace them rather
+//! than write through them: a path that is not a regular file (`/dev/stdout`, a named pipe, `/dev/full`), and the
+//! target of a symbolic link is written, not the link (the link stays a link).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// A file of the set could not be written; nothing of the set was renamed into place before it.
+#[derive(Debug)]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot write {}: {}", self.path.display(), self.source)
+    }
+}
+
+impl std::error::Error for WriteError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+enum Staged<'a> {
+    /// Written, waiting to be renamed to `target`.
+    Renamed { file: tempfile::NamedTempFile, target: PathBuf, shown: &'a Path },
+    /// Not a regular file: written in place once every staged file is written.
+    InPlace { path: &'a Path, bytes: &'a [u8] },
+}
+
+/// Writes every `(path, bytes)` of `files`, or (on an error before the renames) none of them.
+pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> Result<(), WriteError> {
+    let mut staged = Vec::new();
+    for (path, bytes) in files {
+        let error = |source| WriteError { path: path.to_path_buf(), source };
+        // A link is followed, so that its target is written and the link stays.
+        let target = match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            _ => path.to_path_buf(),
+        };
+        let existing = match std::fs::metadata(&target) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(error(e)),
+        };
+        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+            staged.push(Staged::InPlace { path, bytes });
+            continue;
+        }
+        let dir = match target.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let name = target.file_name().map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
+        let prefix = format!(".{name}.");
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(&prefix).suffix(".tmp");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            // What `std::fs::write` gives a new file (less the umask); an existing file's mode is copied below.
+            builder.permissions(std::fs::Permissions::from_mode(0o666));
+        }
+        let mut file = builder.tempfile_in(dir).map_err(error)?;
+        file.write_all(bytes).and_then(|()| file.flush()).map_err(error)?;
+        if let Some(existing) = existing {
+            std::fs::set_permissions(file.path(), existing.permissions()).map_err(error)?;
+        }
+        staged.push(Staged::Renamed { file, target, shown: path });
+    }
+    for s in &staged {
+        if let Staged::InPlace { path, bytes } = s {
+            std::fs::write(path, bytes).map_err(|source| WriteError { path: path.to_path_buf(), source })?;
+        }
+    }
+    for s in staged {
+        if let Staged::Renamed { file, target, shown } = s {
+            file.persist(&target).map_err(|e| WriteError { path: shown.to_path_buf(), source: e.error })?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_is_written() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (a, b) = (dir.path().join("a.json"), dir.path().join("b.md"));
+        std::fs::write(&b, b"old").expect("write");
+        write_all([(a.as_path(), &b"one"[..]), (b.as_path(), &b"two"[..])]).expect("written");
+        assert_eq!(std::fs::read(&a).expect("read"), b"one");
+        assert_eq!(std::fs::read(&b).expect("read"), b"two");
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names.len(), 2, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_failure_leaves_every_file_as_it_was() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (a, b) = (dir.path().join("a.json"), dir.path().join("b.md"));
+        std::fs::write(&a, b"old a").expect("write");
+        // A directory in the second file's place: the first must not be replaced either.
+        std::fs::create_dir(&b).expect("mkdir");
+        let e = write_all([(a.as_path(), &b"new a"[..]), (b.as_path(), &b"new b"[..])]).expect_err("refused");
+        assert_eq!(e.path, b);
+        assert_eq!(std::fs::read(&a).expect("read"), b"old a");
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names.len(), 2, "no temporary file is left: {names:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_stays_a_link_and_a_mode_is_kept() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (real, link) = (dir.path().join("real.json"), dir.path().join("link.json"));
+        std::fs::write(&real, b"old").expect("write");
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        std::os::unix::fs::symlink(&real, &link).expect("symlink");
+        write_all([(link.as_path(), &b"new"[..])]).expect("written");
+        assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
+        assert_eq!(std::fs::read(&real).expect("read"), b"new");
+        assert_eq!(std::fs::metadata(&real).expect("stat").permissions().mode() & 0o777, 0o640);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_device_is_written_in_place() {
+        write_all([(Path::new("/dev/null"), &b"x"[..])]).expect("written");
+        assert!(!std::fs::metadata("/dev/null").expect("stat").is_file(), "still the device");
+        let e = write_all([(Path::new("/dev/full"), &b"x"[..])]).expect_err("a full device");
+        assert_eq!(e.path, Path::new("/dev/full"));
+    }
+}
