@@ -355,7 +355,9 @@ fn resolve(args: &CheckArgs) -> Result<(GateProfile, Budgets, PathBuf), Error> {
         Some(path) => Ok((profile, load_budgets(path)?, path.clone())),
         // The default file, as the working directory has it (the workspace's root, where `cargo flowsim` runs);
         // elsewhere the copy built into the binary, so `check` runs from any directory.
-        None if Path::new(BUDGETS_DEFAULT).exists() => {
+        // `symlink_metadata`: a link that leads nowhere is the workspace's file gone wrong, read (and refused as
+        // unreadable) rather than silently replaced by the built-in copy.
+        None if Path::new(BUDGETS_DEFAULT).symlink_metadata().is_ok() => {
             Ok((profile, load_budgets(Path::new(BUDGETS_DEFAULT))?, PathBuf::from(BUDGETS_DEFAULT)))
         }
         None => {
