@@ -164,3 +164,12 @@ fn a_fault_sum_over_one_names_the_terms_the_seed_drew() {
     assert!(error.contains("(drawn from seed 1)") && error.contains("set them in the profile too"), "{error}");
     assert!(!error.contains("fail_before_commit_p 1 (drawn"), "the set knob is not marked drawn: {error}");
 }
+
+/// Every webhook delivery must fall inside the heal phase, or its change would never be checked (I6); a heal phase of
+/// zero leaves no run room to end.
+#[test]
+fn a_delivery_beyond_the_heal_phase_or_no_heal_phase_is_refused() {
+    let error = error_of("[connectors.payments.webhooks]\nreorder_ms_max = 864000000\n");
+    assert!(error.contains("connectors.payments.webhooks") && error.contains("heal_s_max"), "{error}");
+    assert!(error_of("[world]\nheal_s_max = 0\n").contains("world.heal_s_max must be at least 1"));
+}

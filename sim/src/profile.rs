@@ -264,6 +264,25 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
             return Err(Error(format!("{name} = {v} must be a number of seconds of 0 or more (0 turns it off)")));
         }
     }
+    // The heal phase is the bound on a run's end (I8), and the simulation's end: it must have room for something to
+    // end in, and every webhook delivery must fall inside it. A delivery scheduled after the end would never be
+    // made, and its change never checked for starting exactly one run (I6).
+    if w.heal_s_max == 0 {
+        return Err(Error("world.heal_s_max must be at least 1 (seconds the heal phase may last)".into()));
+    }
+    let heal_ms = w.heal_s_max.saturating_mul(1000);
+    for (name, c) in &profile.connectors {
+        let h = &c.webhooks;
+        let latest_ms = h.reorder_ms_max.saturating_add(h.redelivery_ms_max).saturating_add(h.duplicate_spacing_ms);
+        if latest_ms >= heal_ms {
+            return Err(Error(format!(
+                "connectors.{name}.webhooks: a delivery may come {latest_ms} ms after its change (reorder_ms_max {} + \
+                 redelivery_ms_max {} + duplicate_spacing_ms {}), not within the heal phase (world.heal_s_max = \
+                 {} s): it could fall after the simulation's end, unchecked; shorten them or lengthen heal_s_max",
+                h.reorder_ms_max, h.redelivery_ms_max, h.duplicate_spacing_ms, w.heal_s_max
+            )));
+        }
+    }
     // A lease of zero expires as it is taken: every key would fail as "half the lease was spent".
     if w.lease_ms == 0 {
         return Err(Error("world.lease_ms must be at least 1".into()));
