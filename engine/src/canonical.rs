@@ -571,6 +571,10 @@ impl<'a> Parser<'a> {
             Some(b'-' | b'0'..=b'9') => self.number(out),
             Some(b'[') => self.array(out, depth),
             Some(b'{') => self.object(out, depth),
+            Some(0xEF) if self.bytes[self.pos..].starts_with(b"\xEF\xBB\xBF") => {
+                Err(self
+                    .syntax("expected a JSON value, found a UTF-8 byte order mark (JSON text has none, RFC 8259 8.1)"))
+            }
             Some(_) => Err(self.syntax("expected a JSON value")),
         }
     }

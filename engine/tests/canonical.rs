@@ -266,6 +266,7 @@ fn error_messages_name_the_problem() {
         (b"1e-400", "number 1e-400 at byte 0 is outside the range of IEEE-754 doubles"),
         (b"\"\x80\"", "invalid UTF-8 at byte 1"),
         (b"[1,]", "invalid JSON at byte 3"),
+        (b"\xEF\xBB\xBF{}", "found a UTF-8 byte order mark"),
     ];
     for &(input, needle) in cases {
         let message = canonicalize_bytes(input).unwrap_err().to_string();

@@ -77,7 +77,7 @@ fn resolve_refuses_a_blank_by() {
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
     let ledger = ledger_with_paused_runs(&path, &["r1"]);
-    for by in ["", " ", "\t\n"] {
+    for by in ["", " ", "\t\n", "\u{200b}", "\u{feff} \u{2060}", "\u{a0}"] {
         for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
             let mut args = vec!["resolve", "--ledger", file, "--run", "r1"];
             args.extend_from_slice(decision);

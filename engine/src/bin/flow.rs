@@ -191,7 +191,7 @@ fn main() -> ExitCode {
         }
         Command::Resolve { ledger, run, mark_done, retry, abort, by } => {
             // The name is the resolution's only record of who decided; an empty one would file it anonymously.
-            if by.trim().is_empty() {
+            if !engine::ledger::names_someone(&by) {
                 return fail(2, "--by must name the person deciding");
             }
             let resolution = match (mark_done, retry, abort) {

@@ -250,10 +250,20 @@ pub struct ResolutionRecord {
     pub at_ms: u64,
 }
 
+/// Whether `name` shows at least one visible character: not empty, and not only white space, control characters or
+/// the invisible format characters (a zero-width space, a joiner, a byte-order mark) that `trim` keeps.
+pub fn names_someone(name: &str) -> bool {
+    name.chars().any(|c| {
+        !(c.is_whitespace()
+            || c.is_control()
+            || matches!(c, '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'))
+    })
+}
+
 impl ResolutionRecord {
     /// Refuses a record that names no one: an empty or blank `by` would file a person's decision anonymously.
     pub(crate) fn check(&self) -> Result<()> {
-        if self.by.trim().is_empty() {
+        if !names_someone(&self.by) {
             return Err(Error::Invalid {
                 detail: format!(
                     "a resolution of run {:?} must name the person deciding (`by` is {:?})",
