@@ -383,12 +383,12 @@ pub fn main(args: &CheckArgs) -> i32 {
     let cases = shard_cases(cases(&profile), args.shard);
     let shard_text = args.shard.map_or_else(String::new, |s| format!(" shard {}/{}", s.index, s.count));
     outln!(
-        "flowsim check: profile {} seeds {} steps {}{shard_text}: {} cases on {} threads, budgets {}",
+        "flowsim check: profile {} seeds {} steps {}{shard_text}: {} on {}, budgets {}",
         profile.name,
         profile.seeds,
         profile.steps,
-        cases.len(),
-        args.jobs,
+        crate::output::count(cases.len() as u64, "case", "cases"),
+        crate::output::count(args.jobs as u64, "thread", "threads"),
         budgets_path.display()
     );
     let records = match run_cases(&cases, &budgets, args.jobs) {

@@ -46,6 +46,12 @@ macro_rules! outln {
     };
 }
 
+/// `1 seed`, `3 seeds`: a count and its noun.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Checks that `path` can be written as a file, and says why not: it is a directory, its directory does not exist,
 /// or the system refuses to open it for writing. An existing file is opened for writing without being truncated, so
 /// its contents stay as they are until the real write; a path that does not exist yet is created to prove it can be,
@@ -57,6 +63,9 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     }
     if path.is_dir() {
         return Err(format!("cannot write {shown}: it is a directory"));
+    }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(format!("cannot write {shown}: a file's name cannot end in /"));
     }
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -197,6 +206,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let e = check_writable(dir.path()).expect_err("refused");
         assert!(e.contains("it is a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_name_ending_in_a_slash_is_named_as_such() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let e = check_writable(&dir.path().join("nodir/")).expect_err("refused");
+        assert!(e.contains("cannot end in /"), "{e}");
+        assert_eq!(count(1u64, "seed", "seeds"), "1 seed");
+        assert_eq!(count(3u64, "seed", "seeds"), "3 seeds");
     }
 
     #[test]

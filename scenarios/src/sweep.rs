@@ -110,7 +110,7 @@ pub fn table(scenario: &str, connector: &str, seeds: u64, steps: u64, rows: &[Ro
     for r in rows {
         out.push_str(&format!(
             "| {} | {} | {} | {:.1} ({:.1}–{:.1}) | {:.1} | {} | {} | {} | {} |\n",
-            duration(r.bound_ms),
+            bound(r.bound_ms),
             r.steps,
             r.duplicates,
             r.rate.point * 1e6,
@@ -124,6 +124,18 @@ pub fn table(scenario: &str, connector: &str, seeds: u64, steps: u64, rows: &[Ro
         ));
     }
     out
+}
+
+/// A declared bound, exactly: `2 min` or `1 h` when it is a whole number of them, else in milliseconds (`1001 ms`; a
+/// rounded `1.0 s` would name two bounds alike).
+fn bound(ms: u64) -> String {
+    match ms {
+        ms if ms > 0 && ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms > 0 && ms % 60_000 == 0 => format!("{} min", ms / 60_000),
+        ms if ms > 0 && ms % 1000 == 0 => format!("{} s", ms / 1000),
+        0 => "0".to_owned(),
+        ms => format!("{ms} ms"),
+    }
 }
 
 /// `90 s`, `2 min`, `1 h`, `350 ms`: the unit that reads best.
@@ -329,13 +341,13 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     let points: Vec<(usize, u64)> =
         (0..files.len()).flat_map(|b| (1..=args.seeds).map(move |seed| (b, seed))).collect();
     outln!(
-        "flowsim sweep: {} in {}: {} bounds × {} seeds × {} steps on {} threads",
+        "flowsim sweep: {} in {}: {} × {} × {} steps on {}",
         args.connector,
         args.scenario,
-        files.len(),
-        args.seeds,
+        crate::output::count(files.len() as u64, "bound", "bounds"),
+        crate::output::count(args.seeds, "seed", "seeds"),
         args.steps,
-        args.jobs
+        crate::output::count(args.jobs as u64, "thread", "threads")
     );
     let next = AtomicUsize::new(0);
     let slots: Vec<Mutex<Option<Result<Results, String>>>> = points.iter().map(|_| Mutex::new(None)).collect();
