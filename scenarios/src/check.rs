@@ -158,17 +158,19 @@ pub fn parse_budgets(text: &str, path: &Path) -> Result<Budgets, Error> {
     let budgets: Budgets =
         toml::from_str(text).map_err(|e| Error::Budgets { path: path.to_path_buf(), message: e.to_string() })?;
     let share_ok = |x: f64| (0.0..=1.0).contains(&x);
+    // Named with its line, as toml names the line of a parse error.
+    let out_of_range = |field: &str, value: f64| {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().strip_prefix(field).is_some_and(|rest| rest.trim_start().starts_with('=')))
+            .map_or_else(String::new, |n| format!("line {}: ", n + 1));
+        Error::Budgets { path: path.to_path_buf(), message: format!("{line}{field} = {value} must lie in 0..=1") }
+    };
     if !share_ok(budgets.residual_rate_upper_95_max) {
-        return Err(Error::Budgets {
-            path: path.to_path_buf(),
-            message: "residual_rate_upper_95_max must lie in 0..=1".into(),
-        });
+        return Err(out_of_range("residual_rate_upper_95_max", budgets.residual_rate_upper_95_max));
     }
-    if budgets.paused_run_share_max.is_some_and(|x| !share_ok(x)) {
-        return Err(Error::Budgets {
-            path: path.to_path_buf(),
-            message: "paused_run_share_max must lie in 0..=1".into(),
-        });
+    if let Some(x) = budgets.paused_run_share_max.filter(|x| !share_ok(*x)) {
+        return Err(out_of_range("paused_run_share_max", x));
     }
     Ok(budgets)
 }

@@ -21,6 +21,11 @@ fn malformed_budget_files_exit_2_naming_the_line() {
             &["at_most_once_duplicates_max"],
         ),
         ("not toml", "invariant_violations_max = = 0\n".to_string(), &["line 1"]),
+        (
+            "out of range",
+            GOOD_BUDGETS.replace("residual_rate_upper_95_max = 1.0", "residual_rate_upper_95_max = 2.5"),
+            &["line 4: residual_rate_upper_95_max = 2.5 must lie in 0..=1"],
+        ),
     ];
     for (name, text, needles) in table {
         let path = dir.join(format!("{}.toml", name.replace(' ', "-")));
