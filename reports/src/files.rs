@@ -4,9 +4,10 @@
 //! `report.json` old, say, is never the outcome), and a reader never sees a half-written file.
 //!
 //! The temporary files and their renames are `tempfile`'s (`NamedTempFile::persist`), which removes a temporary file
-//! that is not persisted. Two kinds of path are written in place instead, because a rename would replace them rather
-//! than write through them: a path that is not a regular file (`/dev/stdout`, a named pipe, `/dev/full`), and the
-//! target of a symbolic link is written, not the link (the link stays a link).
+//! that is not persisted. The target of a symbolic link is written, not the link (the link stays a link). A file a
+//! rename would not replace faithfully is written in place instead, after every other file of the set is written and
+//! before any is renamed: a device or stream (`/dev/null`, `/dev/full`, `/dev/stdout`, `/proc/self/fd/1`), a file with
+//! a second hard link or another owner or group, and a file in a directory this process may not create files in.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,21 @@ impl std::fmt::Display for WriteError {
 impl std::error::Error for WriteError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.source)
+    }
+}
+
+/// Whether a rename of `new` (this process's temporary file) may replace the existing file `old` without losing
+/// anything of it: one link, and (on Unix) the same owner and group as the new file gets.
+fn replaceable(old: &std::fs::Metadata, new: &std::fs::Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        old.nlink() == 1 && old.uid() == new.uid() && old.gid() == new.gid()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (old, new);
+        true
     }
 }
 
@@ -52,7 +68,9 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(error(e)),
         };
-        if existing.as_ref().is_some_and(|m| !m.is_file()) {
+        // A rename would not write through a device or a stream (`/dev/stdout` leads to the file the shell
+        // redirected it to, which a rename would unlink from under the shell): these are written in place.
+        if existing.as_ref().is_some_and(|m| !m.is_file()) || path.starts_with("/dev") || path.starts_with("/proc") {
             staged.push(Staged::InPlace { path, bytes });
             continue;
         }
@@ -70,7 +88,25 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             // What `std::fs::write` gives a new file (less the umask); an existing file's mode is copied below.
             builder.permissions(std::fs::Permissions::from_mode(0o666));
         }
-        let mut file = builder.tempfile_in(dir).map_err(error)?;
+        let mut file = match builder.tempfile_in(dir) {
+            Ok(file) => file,
+            // A directory this process may not create files in, holding a file it may write (a shared directory):
+            // written in place, as the check before the work found it could be.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && existing.is_some() => {
+                staged.push(Staged::InPlace { path, bytes });
+                continue;
+            }
+            Err(e) => return Err(error(e)),
+        };
+        if let Some(existing) = &existing {
+            let new = file.as_file().metadata().map_err(error)?;
+            if !replaceable(existing, &new) {
+                // Dropped, so removed.
+                drop(file);
+                staged.push(Staged::InPlace { path, bytes });
+                continue;
+            }
+        }
         file.write_all(bytes).and_then(|()| file.flush()).map_err(error)?;
         if let Some(existing) = existing {
             std::fs::set_permissions(file.path(), existing.permissions()).map_err(error)?;
@@ -79,7 +115,14 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
     }
     for s in &staged {
         if let Staged::InPlace { path, bytes } = s {
-            std::fs::write(path, bytes).map_err(|source| WriteError { path: path.to_path_buf(), source })?;
+            let write = if path.starts_with("/dev") || path.starts_with("/proc") {
+                // Appended: `/dev/stdout` opened anew has an offset of its own, and truncating or writing from the
+                // start would overwrite what the stream (a redirected log) already holds.
+                std::fs::OpenOptions::new().append(true).open(path).and_then(|mut f| f.write_all(bytes))
+            } else {
+                std::fs::write(path, bytes)
+            };
+            write.map_err(|source| WriteError { path: path.to_path_buf(), source })?;
         }
     }
     for s in staged {
@@ -135,6 +178,17 @@ mod tests {
         assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
         assert_eq!(std::fs::read(&real).expect("read"), b"new");
         assert_eq!(std::fs::metadata(&real).expect("stat").permissions().mode() & 0o777, 0o640);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_with_a_second_hard_link_is_written_in_place() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (a, b) = (dir.path().join("keep.json"), dir.path().join("latest.json"));
+        std::fs::write(&a, b"old").expect("write");
+        std::fs::hard_link(&a, &b).expect("link");
+        write_all([(b.as_path(), &b"new"[..])]).expect("written");
+        assert_eq!(std::fs::read(&a).expect("read"), b"new", "both names still name one file");
     }
 
     #[cfg(target_os = "linux")]

@@ -188,3 +188,23 @@ fn every_knob_is_printed_and_the_results_keep_the_resolved_profile() {
     assert_eq!(knobs.len(), knob_lines.len() - prepared.profile.connectors.len());
     assert!(knobs.keys().all(|k| !k.ends_with("lookup_wait_ms")), "the results gained a knob");
 }
+
+/// `--json /dev/stdout` with standard output redirected to a file (`>> ci.log`) writes the results into that stream:
+/// what the file held before, and what the run prints around the results, stay.
+#[test]
+fn results_to_dev_stdout_append_to_a_redirected_log() {
+    let dir = temp_dir("stdout-json");
+    let log = dir.join("ci.log");
+    std::fs::write(&log, "EARLIER\n").expect("write");
+    let file = std::fs::OpenOptions::new().append(true).open(&log).expect("open the log");
+    let status = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["run", "--steps", "300", "--json", "/dev/stdout"])
+        .env("CI", "1")
+        .stdout(Stdio::from(file))
+        .status()
+        .expect("flowsim runs");
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    assert!(text.starts_with("EARLIER\n"), "{text}");
+    assert!(text.contains("\"trace_hash\"") && text.contains("every invariant held"), "{text}");
+}
