@@ -398,6 +398,11 @@ fn invariants_held(rows: &[InvariantRow]) -> String {
     )
 }
 
+/// `1 result`, `22 results`.
+fn results_count(n: usize) -> String {
+    format!("{n} result{}", if n == 1 { "" } else { "s" })
+}
+
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
@@ -465,10 +470,10 @@ pub fn blocks(report: &Report) -> Vec<Block> {
         s
     };
     out.push(Block::Paragraph(format!(
-        "Scenarios: {}. {} results merged by summing counts; policies: {}. Every rate carries its exact \
+        "Scenarios: {}. {} merged by summing counts; policies: {}. Every rate carries its exact \
          (Clopper–Pearson) 95 % interval; a measured zero is stated with its one-sided 95 % upper bound.",
         scenarios.join(", "),
-        report.runs.len(),
+        results_count(report.runs.len()),
         report.policies.iter().map(|p| p.policy.as_str()).collect::<Vec<_>>().join(", ")
     )));
 
@@ -731,8 +736,8 @@ pub fn blocks(report: &Report) -> Vec<Block> {
     let listed: Vec<&RunSummary> =
         if report.runs.len() <= RUNS_LISTED_MAX { report.runs.iter().collect() } else { failing.clone() };
     out.push(Block::Paragraph(format!(
-        "{} results, {} with a broken invariant{}.",
-        report.runs.len(),
+        "{}, {} with a broken invariant{}.",
+        results_count(report.runs.len()),
         failing.len(),
         if listed.len() < report.runs.len() { " (only those are listed)" } else { "" }
     )));

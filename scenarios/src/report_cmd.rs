@@ -8,7 +8,9 @@
 //! A simulation given twice is refused, whichever files hold it (the same file twice, a `report.json` beside one of
 //! its inputs, overlapping shards): it would be counted twice, and its doubled sample would narrow every interval.
 //! A simulation is known by its trace hash (each shard's, for a merge) and its ledger: the two ledgers simulate the
-//! same events, so their runs of one seed share a hash and are still two measurements.
+//! same events, so their runs of one seed share a hash and are still two measurements. A merge of both ledgers'
+//! runs does not say which hash is which ledger's, so beside one a duplicate is found only when a hash occurs more
+//! often than there are ledgers.
 //!
 //! Exit codes: 0 when the report is written and shows nothing wrong; 1 when it is written and shows an invariant
 //! broken under the `rules` policy (the `naive` policy is the "before" and breaks them by design) or a regression
@@ -38,6 +40,8 @@ pub struct ReportArgs {
 struct Input<'a> {
     results: Results,
     path: &'a Path,
+    /// The position of its file among the inputs given.
+    file: usize,
 }
 
 /// The results of the inputs, in report order. Errors name the file (exit 2).
@@ -50,6 +54,12 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
     let mut canary_only = Vec::new();
     for (order, path) in inputs.iter().enumerate() {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if text.starts_with('\u{feff}') {
+            return Err(format!(
+                "{}: starts with a UTF-8 byte order mark, which JSON text has none of",
+                path.display()
+            ));
+        }
         let value: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| format!("{}:{}:{}: not JSON: {e}", path.display(), e.line(), e.column()))?;
         // serde_json keeps the last of a member given twice; a results file never has one.
@@ -57,7 +67,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
             .map_err(|e| format!("{}: not a flowsim results file: {e}", path.display()))?;
         if value.get("check_format").is_none() {
             let results = reports::report::parse_results(&text, path).map_err(|e| e.to_string())?;
-            plain.push(Input { results, path });
+            plain.push(Input { results, path, file: order });
             continue;
         }
         let file: CheckFile =
@@ -74,7 +84,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
         for case in file.cases.into_iter().filter(|c| c.expect != expect_name(Expect::CanaryFails)) {
             // A case whose simulation panicked has no results to count (its failure is in the check's verdicts).
             if let Some(results) = case.results {
-                cases.push((case.index, order, Input { results, path }));
+                cases.push((case.index, order, Input { results, path, file: order }));
             }
         }
         if cases.len() == before {
@@ -104,20 +114,28 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
     Ok(plain.into_iter().map(|input| input.results).collect())
 }
 
-/// Refuses a simulation counted twice (see the module's doc).
+/// How many ledgers a simulation can be measured with: a trace hash can stand for that many distinct measurements.
+const LEDGERS: usize = 2;
+
+/// Refuses a simulation counted twice (see the module's doc). A merge of both ledgers' runs (its ledger is
+/// `(several)`) does not say which of its hashes is which ledger's: a hash of one is refused when it occurs more often
+/// than there are ledgers, or twice with one known ledger.
 fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
     let mut seen: BTreeMap<&str, Vec<(&str, &Input<'_>)>> = BTreeMap::new();
     for input in inputs {
         let r = &input.results;
         for hash in r.trace_hash.split(',').filter(|h| !h.is_empty()) {
             let earlier = seen.entry(hash).or_default();
-            let clash = earlier.iter().find(|(ledger, _)| *ledger == r.ledger || *ledger == MIXED || r.ledger == MIXED);
+            let same_ledger = earlier.iter().find(|(ledger, _)| *ledger == r.ledger && r.ledger != MIXED);
+            let clash = same_ledger.or_else(|| earlier.get(LEDGERS - 1).filter(|_| earlier.len() >= LEDGERS));
             if let Some((_, first)) = clash {
                 let what = format!(
                     "the simulation of {} seed {} ({} ledger, trace hash {hash})",
                     r.scenario, r.seed, r.ledger
                 );
-                return Err(if first.path == input.path {
+                return Err(if first.file == input.file {
+                    format!("{} holds {what} more than once: it would be counted twice", input.path.display())
+                } else if first.path == input.path {
                     format!("{} is given twice: {what} would be counted twice", input.path.display())
                 } else {
                     format!(
@@ -213,4 +231,37 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
         outln!("flowsim report: {w}");
     }
     Ok(if wrong.is_empty() { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The result of `hashes` in the file at position `file` among the inputs.
+    fn input<'a>(file: usize, path: &'a Path, ledger: &str, hashes: &str) -> Input<'a> {
+        let results = Results {
+            ledger: ledger.into(),
+            trace_hash: hashes.into(),
+            scenario: "mixed".into(),
+            ..Default::default()
+        };
+        Input { results, path, file }
+    }
+
+    #[test]
+    fn a_simulation_is_counted_once_whichever_files_hold_it() {
+        let (m1, s1, both, other) =
+            (Path::new("m1.json"), Path::new("s1.json"), Path::new("ms/report.json"), Path::new("mx/report.json"));
+        let ok = |inputs: &[Input<'_>]| refuse_twice_counted(inputs).is_ok();
+        // The two ledgers' runs of one seed share a hash and are two measurements, alone or merged.
+        assert!(ok(&[input(0, m1, "memory", "h"), input(1, s1, "sqlite", "h")]));
+        assert!(ok(&[input(0, both, MIXED, "h,h")]));
+        // A merge of a SQLite run of seed 1 and a memory run of seed 2, beside the memory run of seed 1.
+        assert!(ok(&[input(0, other, MIXED, "h,h2"), input(1, m1, "memory", "h")]));
+        // The same run twice, or beside a merge that holds both ledgers' runs of it.
+        assert!(!ok(&[input(0, m1, "memory", "h"), input(1, m1, "memory", "h")]));
+        assert!(!ok(&[input(0, both, MIXED, "h,h"), input(1, m1, "memory", "h")]));
+        assert!(!ok(&[input(0, m1, "memory", "h"), input(1, both, MIXED, "h,h")]));
+        assert!(!ok(&[input(0, Path::new("jobs.json"), "memory", "a,b"), input(1, m1, "memory", "b")]));
+    }
 }
