@@ -378,6 +378,18 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The key paused run `run_id` waits at, reading only: what [`record_resolution`] checks before it writes (the run
+/// exists, is paused, and its pause reason names the key). The `flow` CLI asks this of a ledger it opened read-only,
+/// so that a refusal leaves the file as it was.
+pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
+    let run = ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+    if run.status != RunStatus::Paused {
+        return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
+    }
+    let reason = run.reason.as_deref().unwrap_or("");
+    paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))
+}
+
 /// Records a person's decision about paused run `run_id` (the engine API and the `flow` admin CLI both use this):
 /// the resolution is filed against the key the run paused at (named in the pause reason), stamped strictly after
 /// that key's last attempt. An abort fails the run at once ("aborted by <by>"); mark-done and retry set the run
@@ -390,13 +402,7 @@ pub fn record_resolution(
     by: &str,
     now_ms: u64,
 ) -> Result<RunStatus, Error> {
-    let run = ledger.get_run(run_id)?.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
-    if run.status != RunStatus::Paused {
-        return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
-    }
-    let reason = run.reason.as_deref().unwrap_or("");
-    let key = paused_key(reason)
-        .ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))?;
+    let key = resolvable(ledger, run_id)?;
     let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
     let at_ms = now_ms.max(last_attempt_ms + 1);
     let record =

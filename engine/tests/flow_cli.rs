@@ -77,7 +77,18 @@ fn resolve_refuses_a_blank_by() {
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
     let ledger = ledger_with_paused_runs(&path, &["r1"]);
-    for by in ["", " ", "\t\n", "\u{200b}", "\u{feff} \u{2060}", "\u{a0}"] {
+    for by in [
+        "",
+        " ",
+        "\t\n",
+        "\u{200b}",
+        "\u{feff} \u{2060}",
+        "\u{a0}",
+        "\u{3164}",
+        "\u{2066}\u{202e}",
+        "\u{301}",
+        "\u{2800}",
+    ] {
         for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
             let mut args = vec!["resolve", "--ledger", file, "--run", "r1"];
             args.extend_from_slice(decision);
@@ -198,6 +209,39 @@ fn a_ledger_of_another_schema_or_journal_mode_is_left_as_it_was() {
     let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r9", "--abort", "--by", "al"]);
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert_eq!(snapshot(dir.path()), before, "a listing or a refusal changed the ledger");
+    // A run that is not paused: the ledger refuses the decision (exit 1), read without being changed.
+    {
+        let conn = rusqlite::Connection::open(&rollback).unwrap();
+        conn.execute("UPDATE runs SET status = 'running' WHERE run_id = 'r1'", []).unwrap();
+    }
+    let before = snapshot(dir.path());
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r1", "--abort", "--by", "al"]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("not paused"), "{stderr}");
+    assert_eq!(snapshot(dir.path()), before, "a refused decision changed the ledger");
+}
+
+/// A `-wal` a worker left with pages in it (it died before checkpointing, or is running) stays as it is through a
+/// listing: the listing's connection does not copy it into the ledger file when it closes.
+#[test]
+fn a_listing_leaves_a_worker_s_write_ahead_log_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    drop(ledger_with_paused_runs(&path, &["r1"]));
+    {
+        // A writer that does not checkpoint when it closes, as a killed worker would not.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+        conn.execute("UPDATE runs SET workflow = 'wf2' WHERE run_id = 'r1'", []).unwrap();
+    }
+    let wal = dir.path().join("flow.db-wal");
+    assert!(std::fs::metadata(&wal).unwrap().len() > 0, "the test needs a write-ahead log with pages");
+    let (ledger_before, wal_before) = (std::fs::read(&path).unwrap(), std::fs::read(&wal).unwrap());
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("r1\twf2"), "the listing reads the log's pages: {stdout}");
+    assert_eq!(std::fs::read(&path).unwrap(), ledger_before, "the ledger file changed");
+    assert_eq!(std::fs::read(&wal).unwrap(), wal_before, "the write-ahead log changed");
 }
 
 /// The read-only check accepts a real ledger, whether another process has it open (in WAL mode) or not.

@@ -500,7 +500,7 @@ fn resolutions(f: Fixture) {
 /// A resolution's `by` is its only record of who decided: an empty or blank one is refused, and nothing is written.
 fn a_resolution_must_name_a_person(f: Fixture) {
     let l = &*f.ledger;
-    for by in ["", " ", "\t\n", "\u{200b}", "\u{feff}\u{200d}"] {
+    for by in ["", " ", "\t\n", "\u{200b}", "\u{feff}\u{200d}", "\u{3164}", "\u{fe0f}"] {
         let record = ResolutionRecord {
             run_id: "r1".into(),
             key: key(1),

@@ -216,11 +216,12 @@ fn main() -> ExitCode {
                     ),
                 )
             };
-            match open_read_only(&path).map(|l| l.get_run(&run)) {
+            match open_read_only(&path).map(|l| engine::executor::resolvable(&l, &run)) {
                 Err(e) => return fail(2, &e),
-                Ok(Ok(None)) => return unknown_run(),
-                Ok(Ok(Some(_))) => {}
+                Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
+                // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
                 Ok(Err(e)) => return fail(1, &e.to_string()),
+                Ok(Ok(_)) => {}
             }
             let ledger = match SqliteLedger::open(&path, Options::default()) {
                 Ok(l) => l,

@@ -250,13 +250,13 @@ pub struct ResolutionRecord {
     pub at_ms: u64,
 }
 
-/// Whether `name` shows at least one visible character: not empty, and not only white space, control characters or
-/// the invisible format characters (a zero-width space, a joiner, a byte-order mark) that `trim` keeps.
+/// Whether `name` names someone: it holds a letter or digit that is not a Hangul filler (U+115F, U+1160, U+3164,
+/// U+FFA0: letters by category, blank to the eye), or an ASCII symbol. White space, control and format characters
+/// (a zero-width space, a byte-order mark, bidirectional controls), lone combining marks and blank symbols (U+2800)
+/// alone are not a name: a resolution's `by` is its only record of who decided.
 pub fn names_someone(name: &str) -> bool {
     name.chars().any(|c| {
-        !(c.is_whitespace()
-            || c.is_control()
-            || matches!(c, '\u{00AD}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2060}'..='\u{2064}' | '\u{FEFF}'))
+        c.is_ascii_graphic() || (c.is_alphanumeric() && !matches!(c, '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}'))
     })
 }
 

@@ -423,6 +423,13 @@ pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
         Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
     })?;
     conn.pragma_update(None, "query_only", true)?;
+    // A `-wal` that holds pages (a worker died before it checkpointed, or is running now) is left as it is: the last
+    // connection's close would otherwise copy it into the file. An empty or absent one is removed on close as usual.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    }
     Ok(conn)
 }
 
