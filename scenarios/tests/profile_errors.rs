@@ -171,5 +171,11 @@ fn a_fault_sum_over_one_names_the_terms_the_seed_drew() {
 fn a_delivery_beyond_the_heal_phase_or_no_heal_phase_is_refused() {
     let error = error_of("[connectors.payments.webhooks]\nreorder_ms_max = 864000000\n");
     assert!(error.contains("connectors.payments.webhooks") && error.contains("heal_s_max"), "{error}");
-    assert!(error_of("[world]\nheal_s_max = 0\n").contains("world.heal_s_max must be at least 1"));
+    for heal in ["0", "18446744073709552"] {
+        let error = error_of(&format!("[world]\nheal_s_max = {heal}\n"));
+        assert!(error.contains(&format!("world.heal_s_max = {heal} must be between 1 and")), "{error}");
+    }
+    // A heal phase shorter than every connector's default redelivery window names them all.
+    let error = error_of("[world]\nheal_s_max = 100\n");
+    assert!(error.contains("connectors contacts, ") && error.contains("payments"), "{error}");
 }

@@ -222,6 +222,9 @@ fn exclusive_faults(spec: &ProfileSpec, connector: &str, fault: &FaultProfile, s
     format!("here {} = {sum}{advice}", terms.join(" + "))
 }
 
+/// The longest heal phase a profile may ask for, in seconds: a year (its milliseconds must not overflow the clock).
+const HEAL_S_MAX: u64 = 365 * 86_400;
+
 /// The slowest traffic a profile may ask for.
 const RUN_RATE_PER_S_MIN: f64 = 0.001;
 
@@ -267,21 +270,40 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
     // The heal phase is the bound on a run's end (I8), and the simulation's end: it must have room for something to
     // end in, and every webhook delivery must fall inside it. A delivery scheduled after the end would never be
     // made, and its change never checked for starting exactly one run (I6).
-    if w.heal_s_max == 0 {
-        return Err(Error("world.heal_s_max must be at least 1 (seconds the heal phase may last)".into()));
+    if w.heal_s_max == 0 || w.heal_s_max > HEAL_S_MAX {
+        return Err(Error(format!(
+            "world.heal_s_max = {} must be between 1 and {HEAL_S_MAX} (seconds the heal phase may last: a year)",
+            w.heal_s_max
+        )));
     }
-    let heal_ms = w.heal_s_max.saturating_mul(1000);
-    for (name, c) in &profile.connectors {
-        let h = &c.webhooks;
+    let heal_ms = w.heal_s_max * 1000;
+    let late: Vec<String> = profile
+        .connectors
+        .iter()
+        .filter(|(_, c)| {
+            let h = &c.webhooks;
+            h.reorder_ms_max.saturating_add(h.redelivery_ms_max).saturating_add(h.duplicate_spacing_ms) >= heal_ms
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    if late.len() > 1 {
+        return Err(Error(format!(
+            "the webhook deliveries of connectors {} may come later than the heal phase lasts (world.heal_s_max = {} \
+             s; a delivery may come reorder_ms_max + redelivery_ms_max + duplicate_spacing_ms after its change): they \
+             could fall after the simulation's end, unchecked; shorten those knobs of each, or lengthen heal_s_max",
+            late.join(", "),
+            w.heal_s_max
+        )));
+    }
+    if let Some(name) = late.first() {
+        let h = &profile.connectors[name].webhooks;
         let latest_ms = h.reorder_ms_max.saturating_add(h.redelivery_ms_max).saturating_add(h.duplicate_spacing_ms);
-        if latest_ms >= heal_ms {
-            return Err(Error(format!(
-                "connectors.{name}.webhooks: a delivery may come {latest_ms} ms after its change (reorder_ms_max {} + \
-                 redelivery_ms_max {} + duplicate_spacing_ms {}), not within the heal phase (world.heal_s_max = \
-                 {} s): it could fall after the simulation's end, unchecked; shorten them or lengthen heal_s_max",
-                h.reorder_ms_max, h.redelivery_ms_max, h.duplicate_spacing_ms, w.heal_s_max
-            )));
-        }
+        return Err(Error(format!(
+            "connectors.{name}.webhooks: a delivery may come {latest_ms} ms after its change (reorder_ms_max {} + \
+             redelivery_ms_max {} + duplicate_spacing_ms {}), not within the heal phase (world.heal_s_max = {} s): it \
+             could fall after the simulation's end, unchecked; shorten them or lengthen heal_s_max",
+            h.reorder_ms_max, h.redelivery_ms_max, h.duplicate_spacing_ms, w.heal_s_max
+        )));
     }
     // A lease of zero expires as it is taken: every key would fail as "half the lease was spent".
     if w.lease_ms == 0 {

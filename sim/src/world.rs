@@ -1665,7 +1665,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         }
         world.restart_worker(worker);
     }
-    let heal_ms_max = world.config.profile.world.heal_s_max * 1000;
+    let heal_ms_max = world.config.profile.world.heal_s_max.saturating_mul(1000);
     while world.runs_in_flight.load(Ordering::Relaxed) + world.changes_in_flight.load(Ordering::Relaxed) > 0
         && clock.now_ms() - heal_started_ms < heal_ms_max
     {
