@@ -345,10 +345,7 @@ fn resolve(args: &CheckArgs) -> Result<(GateProfile, Budgets, PathBuf), Error> {
         profile.seeds = seeds;
     }
     if let Some(steps) = args.steps {
-        if steps == 0 {
-            return Err(Error::Usage("--steps must be at least 1".into()));
-        }
-        profile.steps = steps;
+        profile.steps = crate::run::steps_in_range("--steps", steps).map_err(Error::Usage)?;
     }
     if args.jobs == 0 || args.jobs > JOBS_MAX {
         return Err(Error::Usage(format!("--jobs must be between 1 and {JOBS_MAX}")));

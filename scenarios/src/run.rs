@@ -60,6 +60,17 @@ pub struct ScenarioSource {
     pub steps_default: u64,
 }
 
+/// What to tell a user whose `--scenario` names a catalogue scenario and also a file here: the bare name is the
+/// catalogue's, and the file is not read.
+pub fn shadowed_file_note(command: &str, scenario: &str) -> Option<String> {
+    (catalogue::find(scenario).is_some() && std::path::Path::new(scenario).exists()).then(|| {
+        format!(
+            "flowsim {command}: note: {scenario:?} is the catalogue's scenario; the file of that name here is not \
+             read (write ./{scenario} to run the file)"
+        )
+    })
+}
+
 /// Finds `scenario` in the catalogue, or else reads it as a file; the error names both places it looked.
 pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
     if let Some(s) = catalogue::find(scenario) {
@@ -82,6 +93,22 @@ pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
     Ok(ScenarioSource { name: scenario.to_owned(), text, expect: Expect::ResidualOnly, steps_default: 100_000 })
 }
 
+/// The most steps one command simulates: 10^12, weeks of CPU time at any speed this simulator has reached. More is
+/// taken for a slip of the keyboard (and near `u64::MAX` the traffic's step count would wrap around).
+pub const STEPS_MAX: u64 = 1_000_000_000_000;
+
+/// `steps` if it is between 1 and [`STEPS_MAX`]; else an error naming `what` (`--steps`, or a file's `steps`).
+pub fn steps_in_range(what: &str, steps: u64) -> Result<u64, String> {
+    match steps {
+        0 => Err(format!("{what} must be at least 1")),
+        s if s > STEPS_MAX => Err(format!(
+            "{what} = {s} is more than {STEPS_MAX} (10^12: weeks of CPU time; one command of this build simulates at \
+             most that many steps)"
+        )),
+        s => Ok(s),
+    }
+}
+
 /// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
 pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
     let ScenarioSource { name, text, expect, steps_default } = scenario_source(scenario)?;
@@ -91,13 +118,12 @@ pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared
         None => None,
         Some(v) => match v.as_integer().map(u64::try_from) {
             None => return Err(format!("{name}: steps must be an integer")),
-            Some(Ok(s)) if s > 0 => Some(s),
+            Some(Ok(s)) => Some(steps_in_range(&format!("{name}: steps"), s)?),
             Some(_) => return Err(format!("{name}: steps must be at least 1")),
         },
     };
     let steps = match steps {
-        Some(0) => return Err("--steps must be at least 1".into()),
-        Some(s) => s,
+        Some(s) => steps_in_range("--steps", s)?,
         None => steps_file.unwrap_or(steps_default),
     };
     let base = catalogue::base_for(&spec);

@@ -34,6 +34,22 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         ("[mix]\nsignup = 1e308\ncheckout = 1e308\n", "the mix's weights add up to inf"),
         ("[mix]\nsignup = \"a lot\"\n", "mix.signup = \"a lot\" must be a number"),
         ("[world]\nrun_rate_per_s = 1e-9\n", "world.run_rate_per_s = 0.000000001 must be a number of at least 0.001"),
+        // A wait a run may have to sit out whole must be shorter than the heal phase it must end within (I8).
+        (
+            "[connectors.payments]\ntimeout_ms = 432000000\n",
+            "connectors.payments.timeout_ms: 432000000 ms is not shorter than the heal phase (world.heal_s_max = 432000 s)",
+        ),
+        (
+            "[connectors.payments]\nretry_after_ms = 1000000000000\n",
+            "connectors.payments.retry_after_ms: 1000000000000",
+        ),
+        (
+            "[connectors.contacts]\nlag_ms_tail_max = 1000000000000\nincident_lag_ms_max = 1000000000000\n",
+            "connectors.contacts.lag_ms_tail_max (the lag bound a lookup waits out while lookup_wait_ms is unset): \
+             1000000000000 ms",
+        ),
+        ("[connectors.ledgerly]\nlookup_wait_ms = 432000000\n", "connectors.ledgerly.lookup_wait_ms: 432000000 ms"),
+        ("[world]\nlease_ms = 432000000\n", "world.lease_ms: 432000000 ms is not shorter than the heal phase"),
     ];
     for (toml, want) in cases {
         let error = error_of(toml);
@@ -84,6 +100,18 @@ fn steps_zero_in_a_file_is_named_as_the_file_s() {
     // `--steps` overrides the file's steps, and a wrong one is refused all the same.
     assert!(error_with_steps("steps = -5\n", Some(100)).contains("profile.toml: steps must be at least 1"));
     assert!(error_with_steps("steps = \"many\"\n", Some(100)).contains("profile.toml: steps must be an integer"));
+}
+
+/// A step count no machine could simulate is taken for a slip, from the command line or a file; the largest allowed
+/// passes.
+#[test]
+fn steps_beyond_the_most_one_command_simulates_are_refused() {
+    let max = scenarios::run::STEPS_MAX;
+    let error = error_with_steps("", Some(u64::MAX));
+    assert!(error.contains(&format!("--steps = {} is more than {max}", u64::MAX)), "{error}");
+    let error = error_with_steps(&format!("steps = {}\n", max + 1), Some(100));
+    assert!(error.contains(&format!("profile.toml: steps = {} is more than {max}", max + 1)), "{error}");
+    prepare("mixed", 1, Some(max)).expect("the most steps one command simulates");
 }
 
 /// A number in a defined workflow's inputs that no key could be derived from (TOML's `nan` would become JSON's

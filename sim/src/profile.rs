@@ -305,6 +305,33 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
             h.reorder_ms_max, h.redelivery_ms_max, h.duplicate_spacing_ms, w.heal_s_max
         )));
     }
+    // A run may have to sit out one of these waits whole after the chaos ends: an answer lost at its end arrives as
+    // a timeout `timeout_ms` later, a rate-limited call is retried `retry_after_ms` later, a lookup waits out the
+    // declared lag bound, and a crashed worker's key is taken over once its lease expires. A wait as long as the heal
+    // phase leaves its run no time to end in, so its I8 failure would be the profile's doing, not the engine's.
+    let waits = profile.connectors.iter().flat_map(|(name, c)| {
+        let lag = match c.lookup_wait_ms {
+            Some(_) => "lookup_wait_ms".to_owned(),
+            None if c.lag_ms_tail_max >= c.lag_ms_median => {
+                "lag_ms_tail_max (the lag bound a lookup waits out while lookup_wait_ms is unset)".to_owned()
+            }
+            None => "lag_ms_median (the lag bound a lookup waits out while lookup_wait_ms is unset)".to_owned(),
+        };
+        [
+            (format!("connectors.{name}.timeout_ms"), c.timeout_ms),
+            (format!("connectors.{name}.retry_after_ms"), c.retry_after_ms),
+            (format!("connectors.{name}.{lag}"), c.declared_lag_bound_ms()),
+        ]
+    });
+    let lease = std::iter::once(("world.lease_ms".to_owned(), w.lease_ms));
+    if let Some((name, ms)) = waits.chain(lease).find(|(_, ms)| *ms >= heal_ms) {
+        return Err(Error(format!(
+            "{name}: {ms} ms is not shorter than the heal phase (world.heal_s_max = {} s): a run may have to wait \
+             that long after the chaos ends, and could not end within the heal phase (I8); shorten it, or lengthen \
+             heal_s_max",
+            w.heal_s_max
+        )));
+    }
     // A lease of zero expires as it is taken: every key would fail as "half the lease was spent".
     if w.lease_ms == 0 {
         return Err(Error("world.lease_ms must be at least 1".into()));
