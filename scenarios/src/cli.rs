@@ -275,12 +275,16 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         eprintln!("flowsim run: --jobs must be between 1 and 256");
         return 2;
     }
-    // A scenario given as a file is read; no output may be written over it.
+    // A scenario given as a file is read; no output may be written over it. A catalogue name is not a file read.
     let scenario_file = std::path::Path::new(&args.scenario);
-    let inputs: &[&std::path::Path] = if scenario_file.is_file() { &[scenario_file] } else { &[] };
+    let read = scenario_file.is_file() && crate::catalogue::find(&args.scenario).is_none();
+    let inputs: &[&std::path::Path] = if read { &[scenario_file] } else { &[] };
     if let Err(e) = crate::output::check_all([&args.json, &args.trace], inputs) {
         eprintln!("flowsim run: {e}");
         return 2;
+    }
+    if let Some(note) = shadowed_file_note("run", &args.scenario) {
+        eprintln!("{note}");
     }
     let prepared = match prepare(&args.scenario, args.seed, args.steps) {
         Ok(p) => p,
@@ -414,6 +418,9 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     if repeat == 0 {
         eprintln!("flowsim bench: --repeat must be at least 1");
         return 2;
+    }
+    if let Some(note) = shadowed_file_note("bench", scenario) {
+        eprintln!("{note}");
     }
     let prepared = match prepare(scenario, 1, Some(steps)) {
         Ok(p) => p,

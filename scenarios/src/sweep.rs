@@ -164,9 +164,7 @@ pub fn validate(args: &SweepArgs) -> Result<(), String> {
     if args.seeds == 0 || args.seeds > crate::check::SEEDS_MAX {
         return Err(format!("--seeds must be between 1 and {}", crate::check::SEEDS_MAX));
     }
-    if args.steps == 0 {
-        return Err("--steps must be at least 1".into());
-    }
+    crate::run::steps_in_range("--steps", args.steps)?;
     if args.jobs == 0 || args.jobs > crate::check::JOBS_MAX {
         return Err(format!("--jobs must be between 1 and {}", crate::check::JOBS_MAX));
     }
@@ -269,7 +267,9 @@ pub fn check_bounds_fit_the_heal(bounds_ms: &[u64], heal_s_max: u64) -> Result<(
     let limit_ms = heal_s_max.saturating_mul(1000) / 4;
     match bounds_ms.iter().find(|b| **b > limit_ms) {
         Some(b) => Err(format!(
-            "bound {b} ms is more than a quarter of the scenario's heal phase (world.heal_s_max = {heal_s_max} s, so              at most {limit_ms} ms): a run may wait out the bound at several steps, and must end before the heal              does (I8). Give smaller bounds, or a scenario file with a longer heal_s_max"
+            "bound {b} ms is more than a quarter of the scenario's heal phase (world.heal_s_max = {heal_s_max} s, so \
+             at most {limit_ms} ms): a run may wait out the bound at several steps, and must end before the heal \
+             does (I8). Give smaller bounds, or a scenario file with a longer heal_s_max"
         )),
         None => Ok(()),
     }
@@ -305,6 +305,9 @@ fn check_no_other_sweep(out: &std::path::Path, bounds_ms: &[u64]) -> Result<(), 
 fn sweep(args: &SweepArgs) -> Result<i32, String> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    if let Some(note) = crate::run::shadowed_file_note("sweep", &args.scenario) {
+        eprintln!("{note}");
+    }
     let text = crate::run::scenario_source(&args.scenario)?.text;
     // A connector the sweep cannot measure is refused before anything is written or run.
     let profile = crate::run::prepare(&args.scenario, 1, Some(args.steps))?.profile;
@@ -323,7 +326,8 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         .map(Some)
         .collect();
     let scenario_file = std::path::Path::new(&args.scenario);
-    let inputs: &[&std::path::Path] = if scenario_file.is_file() { &[scenario_file] } else { &[] };
+    let read = scenario_file.is_file() && crate::catalogue::find(&args.scenario).is_none();
+    let inputs: &[&std::path::Path] = if read { &[scenario_file] } else { &[] };
     crate::output::check_all(&outputs, inputs)?;
     // Every point's profile file, checked and then written (all of them or none): a bad scenario fails before any
     // simulation runs.
@@ -406,6 +410,15 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_beyond_a_quarter_of_the_heal_is_refused_in_one_readable_sentence() {
+        assert_eq!(check_bounds_fit_the_heal(&[100, 1_000], 4), Ok(()));
+        let error = check_bounds_fit_the_heal(&[100, 1_001], 4).expect_err("over a quarter");
+        assert!(error.starts_with("bound 1001 ms is more than a quarter"), "{error}");
+        assert!(error.contains("heal_s_max = 4 s, so at most 1000 ms): a run"), "{error}");
+        assert!(!error.contains("  "), "{error}");
+    }
 
     #[test]
     fn profile_text_merges_into_an_existing_connector_table() {

@@ -55,6 +55,40 @@ fn a_repro_line_quotes_its_words_and_names_a_scenario_file_by_its_absolute_path(
     assert_eq!(trace_hash(&again.stdout), trace_hash(&stdout));
 }
 
+/// A bare catalogue name runs the catalogue's scenario even where a file of that name lies; the user is told the file
+/// was not read, and may write over it (it is not an input). `./NAME` runs the file.
+#[test]
+fn a_catalogue_name_shadows_a_file_of_that_name_and_says_so() {
+    let dir = temp_dir("shadowed");
+    std::fs::write(dir.join("canary"), scenarios::catalogue::find("mixed").expect("mixed").text).expect("write");
+    let run = |scenario: &str, json: &str| {
+        Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--scenario", scenario, "--steps", "1500", "--json", json])
+            .current_dir(&dir)
+            .env("CI", "1")
+            .output()
+            .expect("flowsim runs")
+    };
+    let out = run("canary", "out.json");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "the catalogue's canary fails the run:\n{stderr}");
+    assert!(
+        stderr.contains(
+            "note: \"canary\" is the catalogue's scenario; the file of that name here is not read \
+                         (write ./canary to run the file)"
+        ),
+        "{stderr}"
+    );
+    let out = run("./canary", "out.json");
+    assert_eq!(out.status.code(), Some(0), "the file holds mixed's profile:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("note:"));
+    // The file is an input only when it is read.
+    let out = run("./canary", "canary");
+    assert_eq!(out.status.code(), Some(2));
+    let out = run("canary", "canary");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Plain words stay unquoted, so the common repro line reads as it always did.
 #[test]
 fn a_catalogue_scenarios_repro_line_is_unquoted() {
