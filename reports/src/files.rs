@@ -49,8 +49,8 @@ fn replaceable(old: &std::fs::Metadata, new: &std::fs::Metadata) -> bool {
 enum Staged<'a> {
     /// Written, waiting to be renamed to `target`.
     Renamed { file: tempfile::NamedTempFile, target: PathBuf, shown: &'a Path },
-    /// Not a regular file: written in place once every staged file is written.
-    InPlace { path: &'a Path, bytes: &'a [u8] },
+    /// Written in place once every staged file is written: appended to a device or stream, else truncated.
+    InPlace { path: &'a Path, bytes: &'a [u8], append: bool },
 }
 
 /// Writes every `(path, bytes)` of `files`, or (on an error before the renames) none of them.
@@ -70,8 +70,11 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
         };
         // A rename would not write through a device or a stream (`/dev/stdout` leads to the file the shell
         // redirected it to, which a rename would unlink from under the shell): these are written in place.
-        if existing.as_ref().is_some_and(|m| !m.is_file()) || path.starts_with("/dev") || path.starts_with("/proc") {
-            staged.push(Staged::InPlace { path, bytes });
+        // Appended: `/dev/stdout` opened anew has an offset of its own, and truncating or writing from the start
+        // would overwrite what the stream (a redirected log) already holds.
+        let append = path.starts_with("/dev") || path.starts_with("/proc");
+        if append || existing.as_ref().is_some_and(|m| !m.is_file()) {
+            staged.push(Staged::InPlace { path, bytes, append });
             continue;
         }
         let dir = match target.parent() {
@@ -93,7 +96,7 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             // A directory this process may not create files in, holding a file it may write (a shared directory):
             // written in place, as the check before the work found it could be.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && existing.is_some() => {
-                staged.push(Staged::InPlace { path, bytes });
+                staged.push(Staged::InPlace { path, bytes, append });
                 continue;
             }
             Err(e) => return Err(error(e)),
@@ -103,7 +106,7 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             if !replaceable(existing, &new) {
                 // Dropped, so removed.
                 drop(file);
-                staged.push(Staged::InPlace { path, bytes });
+                staged.push(Staged::InPlace { path, bytes, append });
                 continue;
             }
         }
@@ -114,10 +117,8 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
         staged.push(Staged::Renamed { file, target, shown: path });
     }
     for s in &staged {
-        if let Staged::InPlace { path, bytes } = s {
-            let write = if path.starts_with("/dev") || path.starts_with("/proc") {
-                // Appended: `/dev/stdout` opened anew has an offset of its own, and truncating or writing from the
-                // start would overwrite what the stream (a redirected log) already holds.
+        if let Staged::InPlace { path, bytes, append } = *s {
+            let write = if append {
                 std::fs::OpenOptions::new().append(true).open(path).and_then(|mut f| f.write_all(bytes))
             } else {
                 std::fs::write(path, bytes)

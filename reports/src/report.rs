@@ -459,16 +459,16 @@ fn latency_values(l: &Latency) -> [u64; 5] {
     [l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms]
 }
 
+/// The scenarios named, each once, in order: what a report's first line lists, and what a baseline is compared by.
+pub fn scenario_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    names.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect()
+}
+
 /// The report as blocks, in reading order.
 pub fn blocks(report: &Report) -> Vec<Block> {
     let mut out = Vec::new();
     let first = &report.policies[0];
-    let scenarios: Vec<&str> = {
-        let mut s: Vec<&str> = report.runs.iter().map(|r| r.scenario.as_str()).collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    };
+    let scenarios = scenario_names(report.runs.iter().map(|r| r.scenario.as_str()));
     out.push(Block::Paragraph(format!(
         "Scenarios: {}. {} merged by summing counts; policies: {}. Every rate carries its exact \
          (Clopper–Pearson) 95 % interval; a measured zero is stated with its one-sided 95 % upper bound.",

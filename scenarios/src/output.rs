@@ -122,15 +122,24 @@ pub fn check_all<'a>(
                 b.display()
             ));
         }
-        if let Some(input) = inputs.iter().find(|input| same_file(a, input)) {
+    }
+    refuse_inputs(paths.iter().map(|p| p.as_path()), inputs)?;
+    paths.into_iter().try_for_each(|p| check_writable(p))
+}
+
+/// Refuses an output that is one of the command's `inputs` (see [`same_file`]): writing it would destroy what was
+/// read. Checks names only, so it also serves outputs whose directory is yet to be made.
+pub fn refuse_inputs<'a>(outputs: impl IntoIterator<Item = &'a Path>, inputs: &[&Path]) -> Result<(), String> {
+    for output in outputs {
+        if let Some(input) = inputs.iter().find(|input| same_file(output, input)) {
             return Err(format!(
                 "{} is also an input of this command ({}): writing it would destroy what was read",
-                a.display(),
+                output.display(),
                 input.display()
             ));
         }
     }
-    paths.into_iter().try_for_each(|p| check_writable(p))
+    Ok(())
 }
 
 #[cfg(test)]

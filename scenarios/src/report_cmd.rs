@@ -181,33 +181,21 @@ pub fn main(args: &ReportArgs) -> i32 {
 }
 
 fn report(args: &ReportArgs) -> Result<i32, String> {
-    let outputs: Vec<Option<PathBuf>> =
-        ["report.md", "report.html", "report.json"].iter().map(|name| Some(args.out.join(name))).collect();
+    let outputs: Vec<PathBuf> = ["report.md", "report.html", "report.json"].iter().map(|n| args.out.join(n)).collect();
     let inputs: Vec<&Path> = args.inputs.iter().chain(&args.baseline).map(PathBuf::as_path).collect();
     // Only the names are compared here (the directory may not exist yet): an input inside --out would be replaced.
-    if let Some((output, input)) =
-        outputs.iter().flatten().find_map(|o| inputs.iter().find(|i| crate::output::same_file(o, i)).map(|i| (o, i)))
-    {
-        return Err(format!(
-            "{} is also an input of this command ({}): writing it would destroy what was read",
-            output.display(),
-            input.display()
-        ));
-    }
+    crate::output::refuse_inputs(outputs.iter().map(PathBuf::as_path), &inputs)?;
     let results = collect(&args.inputs)?;
-    let scenarios = |all: &[Results]| {
-        let mut s: Vec<String> = all.iter().map(|r| r.scenario.clone()).collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    };
+    fn scenarios(all: &[Results]) -> Vec<&str> {
+        reports::report::scenario_names(all.iter().map(|r| r.scenario.as_str()))
+    }
     let baseline = match &args.baseline {
         None => None,
         Some(path) => {
             let all = collect(std::slice::from_ref(path)).map_err(|e| format!("baseline: {e}"))?;
             // Said when both sides name their scenarios (a merge, such as a report.json, does not).
             let (old, new) = (scenarios(&all), scenarios(&results));
-            if old != new && !old.iter().chain(&new).any(|s| s == MIXED) {
+            if old != new && !old.iter().chain(&new).any(|s| *s == MIXED) {
                 outln!(
                     "flowsim report: note: the baseline covers {}, these results {}: the diff compares different \
                      traffic",
