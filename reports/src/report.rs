@@ -927,6 +927,12 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
             r.duplicates.total
         ));
     }
+    if let Some(ledgers) = &r.trace_ledgers {
+        let (l, h) = (ledgers.split(',').count(), r.trace_hash.split(',').filter(|h| !h.is_empty()).count());
+        if l != h {
+            return Err(format!("trace_ledgers names {l} ledgers for {h} trace hashes"));
+        }
+    }
     Ok(())
 }
 

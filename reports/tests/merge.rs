@@ -83,3 +83,31 @@ fn a_default_result_counts_as_one_run() {
     assert_eq!(merged.merged_runs, 2);
     assert_eq!(Results::merge_all(&[]), None);
 }
+
+/// A merge of both ledgers' runs names each trace hash's ledger, whichever way the runs were grouped, and the names
+/// survive a round trip through JSON; a merge of one ledger's runs names none (its `ledger` says it).
+#[test]
+fn a_merge_of_both_ledgers_names_the_ledger_of_each_hash_associatively() {
+    let mut all = runs();
+    all[1].ledger = "sqlite".into();
+    all[3].ledger = "sqlite".into();
+    let merged = Results::merge_all(&all).unwrap();
+    assert_eq!(merged.ledger, sim::results::MIXED);
+    assert_eq!(merged.trace_ledgers.as_deref(), Some("memory,sqlite,memory,sqlite"));
+    for split in 1..all.len() {
+        let mut of_parts = Results::merge_all(&all[..split]).unwrap();
+        let back: Results = serde_json::from_str(&serde_json::to_string(&of_parts).unwrap()).unwrap();
+        assert_eq!(back, of_parts);
+        of_parts.merge(&Results::merge_all(&all[split..]).unwrap());
+        assert_eq!(of_parts, merged, "split at {split}");
+    }
+    let hashes: Vec<(&str, Option<&str>)> = merged.hashes_with_ledgers().collect();
+    assert_eq!(hashes[1], (all[1].trace_hash.as_str(), Some("sqlite")));
+    assert_eq!(Results::merge_all(&runs()).unwrap().trace_ledgers, None);
+    // A merge holding a part from before the field cannot say which hash is which.
+    let mut old = Results::merge_all(&all[..2]).unwrap();
+    old.trace_ledgers = None;
+    old.merge(&all[2]);
+    assert_eq!(old.trace_ledgers, None);
+    assert!(old.hashes_with_ledgers().all(|(_, ledger)| ledger.is_none()));
+}

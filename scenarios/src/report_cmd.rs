@@ -9,8 +9,8 @@
 //! its inputs, overlapping shards): it would be counted twice, and its doubled sample would narrow every interval.
 //! A simulation is known by its trace hash (each shard's, for a merge) and its ledger: the two ledgers simulate the
 //! same events, so their runs of one seed share a hash and are still two measurements. A merge of both ledgers'
-//! runs does not say which hash is which ledger's, so beside one a duplicate is found only when a hash occurs more
-//! often than there are ledgers.
+//! runs names each hash's ledger (`trace_ledgers`); beside a merge from before that field, which does not, a
+//! duplicate is found only when a hash occurs more often than there are ledgers.
 //!
 //! Exit codes: 0 when the report is written and shows nothing wrong; 1 when it is written and shows an invariant
 //! broken under the `rules` policy (the `naive` policy is the "before" and breaks them by design) or a regression
@@ -117,21 +117,23 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
 /// How many ledgers a simulation can be measured with: a trace hash can stand for that many distinct measurements.
 const LEDGERS: usize = 2;
 
-/// Refuses a simulation counted twice (see the module's doc). A merge of both ledgers' runs (its ledger is
-/// `(several)`) does not say which of its hashes is which ledger's: a hash of one is refused when it occurs more often
-/// than there are ledgers, or twice with one known ledger.
+/// Refuses a simulation counted twice (see the module's doc). A merge of both ledgers' runs names the ledger of each
+/// of its hashes (`trace_ledgers`); one from before that field does not, and a hash of it is refused when it occurs
+/// more often than there are ledgers, or twice with one known ledger.
 fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
-    let mut seen: BTreeMap<&str, Vec<(&str, &Input<'_>)>> = BTreeMap::new();
+    let mut seen: BTreeMap<&str, Vec<(Option<&str>, &Input<'_>)>> = BTreeMap::new();
     for input in inputs {
         let r = &input.results;
-        for hash in r.trace_hash.split(',').filter(|h| !h.is_empty()) {
+        for (hash, ledger) in r.hashes_with_ledgers() {
             let earlier = seen.entry(hash).or_default();
-            let same_ledger = earlier.iter().find(|(ledger, _)| *ledger == r.ledger && r.ledger != MIXED);
+            let same_ledger = earlier.iter().find(|(l, _)| ledger.is_some() && *l == ledger);
             let clash = same_ledger.or_else(|| earlier.get(LEDGERS - 1).filter(|_| earlier.len() >= LEDGERS));
             if let Some((_, first)) = clash {
                 let what = format!(
                     "the simulation of {} seed {} ({} ledger, trace hash {hash})",
-                    r.scenario, r.seed, r.ledger
+                    r.scenario,
+                    r.seed,
+                    ledger.unwrap_or(MIXED)
                 );
                 return Err(if first.file == input.file {
                     format!("{} holds {what} more than once: it would be counted twice", input.path.display())
@@ -145,7 +147,7 @@ fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
                     )
                 });
             }
-            earlier.push((&r.ledger, input));
+            earlier.push((ledger, input));
         }
     }
     Ok(())
@@ -236,6 +238,12 @@ mod tests {
         Input { results, path, file }
     }
 
+    /// The merge of `parts` (ledger, hash), as `report` would read it from a report.json.
+    fn merged<'a>(file: usize, path: &'a Path, parts: &[(&str, &str)]) -> Input<'a> {
+        let all: Vec<Results> = parts.iter().map(|(ledger, hash)| input(file, path, ledger, hash).results).collect();
+        Input { results: Results::merge_all(&all).expect("parts"), path, file }
+    }
+
     #[test]
     fn a_simulation_is_counted_once_whichever_files_hold_it() {
         let (m1, s1, both, other) =
@@ -251,5 +259,15 @@ mod tests {
         assert!(!ok(&[input(0, both, MIXED, "h,h"), input(1, m1, "memory", "h")]));
         assert!(!ok(&[input(0, m1, "memory", "h"), input(1, both, MIXED, "h,h")]));
         assert!(!ok(&[input(0, Path::new("jobs.json"), "memory", "a,b"), input(1, m1, "memory", "b")]));
+        // A merge of both ledgers says which hash is which: the memory run of seed 1 beside a merge of it and a SQLite
+        // run of seed 2 is refused (a merge that did not say, above, lets it through), the SQLite one is not.
+        let mixed = merged(0, other, &[("memory", "h"), ("sqlite", "h2")]);
+        assert_eq!(mixed.results.ledger, MIXED);
+        assert_eq!(mixed.results.trace_ledgers.as_deref(), Some("memory,sqlite"));
+        assert!(!ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, m1, "memory", "h")]));
+        assert!(ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, s1, "sqlite", "h")]));
+        assert!(!ok(&[merged(0, both, &[("memory", "h"), ("sqlite", "h")]), input(1, s1, "sqlite", "h")]));
+        // One ledger's merge names no ledgers: its `ledger` says it.
+        assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).results.trace_ledgers, None);
     }
 }

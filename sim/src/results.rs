@@ -83,6 +83,10 @@ pub struct Results {
     /// 128-bit XXH3 over the ordered event log (`trace::Trace`), lowercase hex. A merge joins the shards' hashes in
     /// order.
     pub trace_hash: String,
+    /// In a merge of both ledgers' runs (`ledger` is `(several)`): the ledger of each trace hash, in the same order,
+    /// joined with `,`. Absent otherwise, or when a merged input did not say (a file from before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_ledgers: Option<String>,
     pub effects: u64,
     pub duplicates: Duplicates,
     pub paused_runs: u64,
@@ -148,15 +152,21 @@ impl Results {
     ///
     /// Counts are summed and maps merged key-wise. Text that differs (`scenario`, `policy`, `ledger`, `repro`, an
     /// action's `class`, a knob) becomes `"(several)"` ([`MIXED`]: no scenario, policy or command is named so);
-    /// `seed` stays the first one's. Trace hashes are joined in order with `,`. Figures that cannot be summed are merged so that the merge stays associative (merging shard merges gives
-    /// the same as merging every run at once): latency percentiles keep the larger value (a conservative bound; exact
-    /// percentiles would need histograms), `peak_rss_bytes` the larger, an action's `lag_bound_ms` stays only if
-    /// equal, `auto_retry_coverage` stays if equal and is otherwise the mean weighted by runs. `steps_per_second` is
-    /// recomputed from the summed steps and wall seconds.
+    /// `seed` stays the first one's. Trace hashes are joined in order with `,` (and, in a merge of both ledgers, their
+    /// ledgers in `trace_ledgers`). Figures that cannot be summed are merged so that the merge stays associative
+    /// (merging shard merges gives the same as merging every run at once): latency percentiles keep the larger value
+    /// (a conservative bound; exact percentiles would need histograms), `peak_rss_bytes` the larger, an action's
+    /// `lag_bound_ms` stays only if equal, `auto_retry_coverage` stays if equal and is otherwise the mean weighted by
+    /// runs. `steps_per_second` is recomputed from the summed steps and wall seconds.
     pub fn merge(&mut self, other: &Results) {
+        let ledgers = self.hash_ledgers().zip(other.hash_ledgers()).map(|(ours, theirs)| {
+            let all: Vec<&str> = ours.into_iter().chain(theirs).collect();
+            all.join(",")
+        });
         merge_text(&mut self.scenario, &other.scenario);
         merge_text(&mut self.policy, &other.policy);
         merge_text(&mut self.ledger, &other.ledger);
+        self.trace_ledgers = ledgers.filter(|_| self.ledger == MIXED);
         merge_text(&mut self.repro, &other.repro);
         // Weighted before `runs` is summed below.
         if self.auto_retry_coverage != other.auto_retry_coverage {
@@ -246,6 +256,24 @@ impl Results {
         self.wall_seconds += other.wall_seconds;
         self.steps_per_second = if self.wall_seconds > 0.0 { self.steps as f64 / self.wall_seconds } else { 0.0 };
         self.peak_rss_bytes = self.peak_rss_bytes.max(other.peak_rss_bytes);
+    }
+
+    /// The trace hashes, each with its ledger when known: a merge of both ledgers' runs names them only when every
+    /// input did ([`Results::trace_ledgers`]).
+    pub fn hashes_with_ledgers(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        let ledgers = self.hash_ledgers();
+        let hashes = self.trace_hash.split(',').filter(|h| !h.is_empty());
+        hashes.enumerate().map(move |(i, h)| (h, ledgers.as_ref().and_then(|l| l.get(i).copied())))
+    }
+
+    /// The ledger of each trace hash, in order, or `None` when this is a merge of both ledgers' runs that does not
+    /// say which is which.
+    fn hash_ledgers(&self) -> Option<Vec<&str>> {
+        match &self.trace_ledgers {
+            Some(ledgers) => Some(ledgers.split(',').collect()),
+            None if self.ledger == MIXED => None,
+            None => Some(vec![self.ledger.as_str(); self.trace_hash.split(',').filter(|h| !h.is_empty()).count()]),
+        }
     }
 
     /// The merge of `all` in order ([`Results::merge`]), or `None` when `all` is empty.

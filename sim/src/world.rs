@@ -1728,6 +1728,7 @@ fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> 
         steps,
         runs: checker.runs_finished + checker.runs_in_flight() as u64,
         trace_hash: state.trace.hash_hex(),
+        trace_ledgers: None,
         effects: checker.effects,
         duplicates: checker.duplicates(config.policy == Policy::Rules),
         paused_runs: checker.runs_paused,

@@ -412,25 +412,121 @@ fn corrupt(detail: impl Into<String>) -> Error {
     Error::Corrupt { detail: detail.into() }
 }
 
-/// A connection to the existing database file at `path` that cannot change it (`PRAGMA query_only`). It is opened
-/// for writing when the file allows it, though: SQLite's last connection to a WAL database removes the `-wal` and
-/// `-shm` files when it closes, which a read-only connection cannot, so one would leave them behind in the ledger's
-/// directory. A file that cannot be opened for writing is opened read-only.
+/// A connection to the existing database file at `path` that changes nothing on disk: not the file, and not its
+/// directory (no `-wal` or `-shm` file appears or disappears), while it still reads every committed transaction,
+/// those a worker left in its `-wal` included. `PRAGMA query_only` is set on top. How it opens the file depends on
+/// what is there first (the names SQLite uses: `path` with its symbolic links resolved, as SQLite resolves them):
+///
+/// - **A WAL-mode file and no `-wal`** (closed cleanly: the last connection copied the log into the file and removed
+///   it, under an exclusive lock): `immutable=1`, with which SQLite reads the file alone, as on read-only media,
+///   opening no other file and taking no lock. The file holds every committed transaction then. An ordinary reader
+///   of a WAL file creates a `-wal` and a `-shm` (even a read-only one) and only the last connection, closing with
+///   write access to the file, removes them: a reader that cannot write the file left both behind, owned by itself,
+///   after which the owner's worker could no longer write the ledger ("attempt to write a readonly database"), and
+///   in a directory it cannot write the read failed. What it costs: SQLite assumes the file does not change while
+///   this connection reads it, so a writer that opens the ledger after this check and checkpoints into the file
+///   before this connection's last read (a worker every 10,000 pages, any connection closing last) could make the
+///   read fail as corrupt or mix two states; the file and the log are never harmed, and `flow`'s reads last
+///   milliseconds (run it again).
+/// - **A `-wal` and a `-shm`** (a worker has the ledger open, or died): opened read-only. SQLite reads the log
+///   through the index in the `-shm` it shares with any live worker (rebuilding it after a worker died, which
+///   rewrites the `-shm`'s bytes, as any reader does), and a read-only connection never checkpoints, so the file and
+///   the `-wal` are left byte for byte and both stay. (`immutable=1` would be wrong here: it ignores the `-wal`.)
+/// - **A `-wal` and no `-shm`** (a worker opened with [`Options::exclusive`] has it, or died): `locking_mode =
+///   EXCLUSIVE` before the first read, with which SQLite builds the log's index in memory instead of creating a
+///   `-shm`, and no checkpoint on close (`SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`), so the `-wal` stays as it is. That lock
+///   needs the file open for writing: a reader that cannot write it is refused, and so is any reader while the
+///   exclusive worker lives (the database is locked).
+/// - **A rollback-journal file and no `-wal`**: opened read-only, under SQLite's shared lock, which creates no
+///   file. A hot `-journal` a crashed writer left is refused rather than rolled back into the file (a worker
+///   opening the ledger rolls it back).
+///
+/// Between the look at the directory and SQLite's first read a worker may start or stop; if the last one closes in
+/// that instant, a read-only reader recreates the `-wal` and `-shm` it just removed, as any SQLite reader would.
 pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
     use rusqlite::OpenFlags;
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .or_else(|_| {
-        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-    })?;
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let with_suffix = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let (wal, shm) = (with_suffix("-wal").exists(), with_suffix("-shm").exists());
+    let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = if !wal && wal_mode(&path) {
+        Connection::open_with_flags(immutable_uri(&path), read_only | OpenFlags::SQLITE_OPEN_URI)?
+    } else if wal && !shm {
+        let conn =
+            Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+        if conn.is_readonly(rusqlite::MAIN_DB)? {
+            // SQLite opened it read-only (the file is not writable): its exclusive lock would fail as an I/O error.
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+                Some(
+                    "its write-ahead log has no -shm index, and reading the log without creating one needs write \
+                     access to the file"
+                        .to_string(),
+                ),
+            ));
+        }
+        let no_checkpoint = rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE;
+        conn.set_db_config(no_checkpoint, true)?;
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+        let wal_before = file_id(&with_suffix("-wal"));
+        // The first read takes the lock (waiting for a live worker's, up to the busy timeout), then looks for the log
+        // again. If its worker closed meanwhile, removing it, SQLite has made a new, empty one: no other connection can
+        // use that while this one holds the lock, and closing removes it, as the worker's closing did.
+        conn.pragma_query_value(None, "schema_version", |row| row.get::<_, i64>(0))?;
+        let wal_now = file_id(&with_suffix("-wal"));
+        if wal_now != wal_before && wal_now.is_some_and(|(_, _, len, _)| len == 0) {
+            conn.set_db_config(no_checkpoint, false)?;
+        }
+        conn
+    } else {
+        Connection::open_with_flags(&path, read_only)?
+    };
     conn.pragma_update(None, "query_only", true)?;
-    // A `-wal` that holds pages (a worker died before it checkpointed, or is running now) is left as it is: the last
-    // connection's close would otherwise copy it into the file. An empty or absent one is removed on close as usual.
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
-        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-    }
     Ok(conn)
+}
+
+/// What tells the file `path` names from another one made under the same name after it was removed: its inode (which
+/// a new file often reuses at once), length and modification time (not its change time, which SQLite's `fchown` of
+/// a log it opens as root moves).
+fn file_id(path: &Path) -> Option<(u64, u64, u64, std::time::SystemTime)> {
+    let metadata = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let (device, inode) = {
+        use std::os::unix::fs::MetadataExt as _;
+        (metadata.dev(), metadata.ino())
+    };
+    #[cfg(not(unix))]
+    let (device, inode) = (0, 0);
+    Some((device, inode, metadata.len(), metadata.modified().ok()?))
+}
+
+/// Whether the database header at `path` says WAL mode (its read version, byte 19, is 2; SQLite opens the log of a
+/// file whose header says so). False for a file too short or unreadable: SQLite then reports what is wrong with it.
+fn wal_mode(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)).is_ok() && header[19] == 2
+}
+
+/// `path` as a SQLite URI that opens it immutable: every byte but an unreserved one or `/` is percent-encoded, so a
+/// `?`, `#` or `%` in a name is not read as URI syntax.
+fn immutable_uri(path: &Path) -> String {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    // `file://` and an empty authority before an absolute path (`file:` alone would read `//x` as an authority).
+    let mut uri = String::from(if bytes.starts_with(b"/") { "file://" } else { "file:" });
+    for &byte in bytes {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 impl SqliteLedger {
