@@ -127,6 +127,10 @@ fn check_is_ledger(path: &Path) -> Result<(), String> {
     // A connection that cannot change the file, even if it turns out not to be a ledger.
     let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| format!("cannot open it: {e}"))?;
     let cannot_read = |e: rusqlite::Error| match e.sqlite_error_code() {
+        _ if e.sqlite_error().is_some_and(|f| f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK) => format!(
+            "a writer stopped in the middle of a transaction, and reading it means rolling its -journal back into \
+             the file, which flow does not do (a worker opening the ledger does): {e}"
+        ),
         Some(
             rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
         ) => {

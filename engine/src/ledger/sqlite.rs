@@ -413,36 +413,37 @@ fn corrupt(detail: impl Into<String>) -> Error {
 }
 
 /// A connection to the existing database file at `path` that changes nothing on disk: not the file, and not its
-/// directory (no `-wal` or `-shm` file appears or disappears), while it still reads every committed transaction,
-/// those a worker left in its `-wal` included. `PRAGMA query_only` is set on top. How it opens the file depends on
-/// what is there first (the names SQLite uses: `path` with its symbolic links resolved, as SQLite resolves them):
+/// directory (no `-wal` or `-shm` appears or disappears), while it reads every committed transaction, those a worker
+/// left in its `-wal` included. `PRAGMA query_only` is set on top. How it opens the file depends on what is there
+/// first (next to `path` with its symbolic links resolved, where SQLite keeps them):
 ///
-/// - **A WAL-mode file and no `-wal`** (closed cleanly: the last connection copied the log into the file and removed
-///   it, under an exclusive lock): `immutable=1`, with which SQLite reads the file alone, as on read-only media,
-///   opening no other file and taking no lock. The file holds every committed transaction then. An ordinary reader
-///   of a WAL file creates a `-wal` and a `-shm` (even a read-only one) and only the last connection, closing with
-///   write access to the file, removes them: a reader that cannot write the file left both behind, owned by itself,
-///   after which the owner's worker could no longer write the ledger ("attempt to write a readonly database"), and
-///   in a directory it cannot write the read failed. What it costs: SQLite assumes the file does not change while
-///   this connection reads it, so a writer that opens the ledger after this check and checkpoints into the file
-///   before this connection's last read (a worker every 10,000 pages, any connection closing last) could make the
-///   read fail as corrupt or mix two states; the file and the log are never harmed, and `flow`'s reads last
-///   milliseconds (run it again).
+/// - **A WAL-mode file and no `-wal`** (its last connection closed cleanly: it copied the log into the file and
+///   removed it): `immutable=1`, with which SQLite reads the file alone, as on read-only media, opening no other
+///   file and taking no lock; the file holds every committed transaction. Any other reader of a WAL file creates a
+///   `-wal` and a `-shm`, even a read-only one, and only the last connection, closing with write access to the
+///   file, removes them: a reader that may not write the file left both behind, owned by itself, after which the
+///   owner's worker could no longer write the ledger ("attempt to write a readonly database"); in a directory it
+///   may not write, the read failed. The price: SQLite assumes the file does not change under this connection, so
+///   a writer that opens the ledger after the look and checkpoints into the file before this connection's last
+///   read (a worker every 10,000 pages, or any connection that closes last) could make the read fail as corrupt or
+///   mix two states. The ledger is never harmed, and `flow`'s reads last milliseconds: run it again.
 /// - **A `-wal` and a `-shm`** (a worker has the ledger open, or died): opened read-only. SQLite reads the log
-///   through the index in the `-shm` it shares with any live worker (rebuilding it after a worker died, which
-///   rewrites the `-shm`'s bytes, as any reader does), and a read-only connection never checkpoints, so the file and
-///   the `-wal` are left byte for byte and both stay. (`immutable=1` would be wrong here: it ignores the `-wal`.)
-/// - **A `-wal` and no `-shm`** (a worker opened with [`Options::exclusive`] has it, or died): `locking_mode =
-///   EXCLUSIVE` before the first read, with which SQLite builds the log's index in memory instead of creating a
-///   `-shm`, and no checkpoint on close (`SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`), so the `-wal` stays as it is. That lock
-///   needs the file open for writing: a reader that cannot write it is refused, and so is any reader while the
-///   exclusive worker lives (the database is locked).
+///   through the index in the `-shm` that it shares with a live worker (and rebuilds after a worker died: that, and
+///   the marks every reader leaves there, rewrite the `-shm`), and a read-only connection never checkpoints: the
+///   file and the `-wal` stay byte for byte, and nothing is removed. (`immutable=1` would ignore the `-wal`.)
+/// - **A `-wal` and no `-shm`** (a worker opened [`Options::exclusive`] has it, or died): `locking_mode=EXCLUSIVE`
+///   before the first read, with which SQLite keeps the log's index in memory instead of creating a `-shm`, and no
+///   checkpoint on close (`SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`), so the `-wal` stays as it is. That lock needs the
+///   file open for writing: a reader that may not write it is refused, and any reader waits for a live exclusive
+///   worker (up to the busy timeout, then "database is locked"). If that worker closes meanwhile, removing its
+///   log, SQLite makes a new, empty one; no other connection can use it while this one holds the lock, so closing
+///   removes it, as the worker's closing did.
 /// - **A rollback-journal file and no `-wal`**: opened read-only, under SQLite's shared lock, which creates no
 ///   file. A hot `-journal` a crashed writer left is refused rather than rolled back into the file (a worker
 ///   opening the ledger rolls it back).
 ///
-/// Between the look at the directory and SQLite's first read a worker may start or stop; if the last one closes in
-/// that instant, a read-only reader recreates the `-wal` and `-shm` it just removed, as any SQLite reader would.
+/// If the last live connection closes between the look and SQLite's first read, removing its `-wal` and `-shm`, a
+/// read-only reader makes them again and leaves them, as any SQLite reader would; the window is microseconds.
 pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
     use rusqlite::OpenFlags;
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -473,9 +474,8 @@ pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
         conn.set_db_config(no_checkpoint, true)?;
         conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         let wal_before = file_id(&with_suffix("-wal"));
-        // The first read takes the lock (waiting for a live worker's, up to the busy timeout), then looks for the log
-        // again. If its worker closed meanwhile, removing it, SQLite has made a new, empty one: no other connection can
-        // use that while this one holds the lock, and closing removes it, as the worker's closing did.
+        // The first read takes the lock (waiting for a live worker's), then looks for the log again: a new, empty one
+        // is this connection's own (see above), which closing is let remove.
         conn.pragma_query_value(None, "schema_version", |row| row.get::<_, i64>(0))?;
         let wal_now = file_id(&with_suffix("-wal"));
         if wal_now != wal_before && wal_now.is_some_and(|(_, _, len, _)| len == 0) {
@@ -512,8 +512,8 @@ fn wal_mode(path: &Path) -> bool {
     std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)).is_ok() && header[19] == 2
 }
 
-/// `path` as a SQLite URI that opens it immutable: every byte but an unreserved one or `/` is percent-encoded, so a
-/// `?`, `#` or `%` in a name is not read as URI syntax.
+/// The (Unix) `path` as a SQLite URI that opens it immutable: every byte but an unreserved one or `/` is
+/// percent-encoded, so a `?`, `#` or `%` in a name is not read as URI syntax.
 fn immutable_uri(path: &Path) -> String {
     let bytes = path.as_os_str().as_encoded_bytes();
     // `file://` and an empty authority before an absolute path (`file:` alone would read `//x` as an authority).

@@ -1,0 +1,337 @@
+//! `flow paused`, and the refusals of `flow resolve`, read a ledger without changing anything on disk
+//! ([`engine::ledger::sqlite::open_unchanged`]): not the file, and not its directory, whatever state a worker left
+//! them in (its write-ahead log closed cleanly, holding pages, without a `-shm`) and whatever this user may write.
+//! SQLite's `-shm` index of a log is the one thing a read may rewrite, as every reader of that log does.
+//!
+//! The permission cases run `flow` as `nobody` when the tests run as root (root ignores permissions), and are skipped
+//! where that is not possible.
+#![cfg(unix)]
+
+use engine::ledger::sqlite::{Options, SqliteLedger};
+use engine::ledger::{Ledger, RunRecord, RunStatus};
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+/// Whom `flow` runs as.
+#[derive(Clone, Copy)]
+enum As {
+    Me,
+    /// Someone who may not write what this user's permissions say they may not: `nobody` if this is root.
+    Restricted,
+}
+
+fn flow(who: As, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_flow"));
+    command.args(args);
+    if matches!(who, As::Restricted) && running_as_root() {
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    let out = command.output().expect("run flow");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const NOBODY: u32 = 65_534;
+
+fn running_as_root() -> bool {
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| {
+        let probe = tempfile::NamedTempFile::new().expect("a temporary file");
+        probe.as_file().metadata().expect("its metadata").uid() == 0
+    })
+}
+
+/// Whether `flow` can run as [`As::Restricted`] and reach `dir`: always unless this is root, and then only if root
+/// may switch to `nobody` and `nobody` may enter `dir` and run the binary.
+fn restricted_can_reach(dir: &Path) -> bool {
+    if !running_as_root() {
+        return true;
+    }
+    let reachable = dir.ancestors().skip(1).all(|d| std::fs::metadata(d).is_ok_and(|m| m.mode() & 0o001 != 0));
+    let runs = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .arg("--help")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !(reachable && runs) {
+        eprintln!("skipped: running as root, and flow cannot run as nobody on {}", dir.display());
+    }
+    reachable && runs
+}
+
+/// A ledger at `path` holding the run `r1`, paused at a key; closed cleanly (no `-wal`, no `-shm` left).
+fn ledger_with_a_paused_run(path: &Path) {
+    let ledger = SqliteLedger::open(path, Options::default()).expect("open a new ledger");
+    let run = RunRecord {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        status: RunStatus::Running,
+        trigger: b"{}".to_vec(),
+        reason: None,
+        created_ms: 1,
+        updated_ms: 1,
+    };
+    assert!(ledger.create_run(run).unwrap());
+    let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
+    ledger.set_run_status("r1", RunStatus::Paused, Some(&reason), 2).unwrap();
+}
+
+/// A worker that dies after a write: its last transaction stays in the `-wal`, not yet in the file. `exclusive`: a
+/// worker in `locking_mode=EXCLUSIVE` ([`Options::exclusive`]), which keeps its log's index in memory (no `-shm`).
+fn worker_dies_after_renaming_the_workflow(path: &Path, exclusive: bool) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    // A killed worker does not checkpoint when it goes.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+    if exclusive {
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE").unwrap();
+    }
+    conn.execute("UPDATE runs SET workflow = 'wf2' WHERE run_id = 'r1'", []).unwrap();
+}
+
+/// Every entry of `dir` with a hash of its bytes and its modification time (a `-shm`'s left out: readers of a log
+/// write it), and the directory's own modification time, which a file created and removed again moves.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    files: Vec<(String, Option<(String, SystemTime)>)>,
+    modified: SystemTime,
+}
+
+fn snapshot(dir: &Path) -> Snapshot {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let content = (!name.ends_with("-shm")).then(|| {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                let modified = entry.metadata().unwrap().modified().unwrap();
+                (format!("{} bytes, blake3 {}", bytes.len(), blake3::hash(&bytes).to_hex()), modified)
+            });
+            (name, content)
+        })
+        .collect();
+    files.sort();
+    Snapshot { files, modified: std::fs::metadata(dir).unwrap().modified().unwrap() }
+}
+
+/// Sets the modification time of `dir` to 2001, so that any change to its entries shows however coarse the file
+/// system's clock.
+fn age(dir: &Path) {
+    let past = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::open(dir).unwrap().set_modified(past).unwrap();
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// `flow paused` lists `r1` with `workflow`, and `flow resolve` of a run the ledger does not hold is refused, both
+/// leaving `dir` as they found it.
+fn list_and_refuse_leave_it(who: As, dir: &Path, ledger: &Path, workflow: &str) {
+    let file = ledger.to_str().unwrap();
+    let before = snapshot(dir);
+    let (code, stdout, stderr) = flow(who, &["paused", "--ledger", file]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.starts_with(&format!("r1\t{workflow}\t")), "{stdout}");
+    assert_eq!(snapshot(dir), before, "`flow paused` changed the directory");
+    let (code, stdout, stderr) = flow(who, &["resolve", "--ledger", file, "--run", "nope", "--retry", "--by", "ann"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains(r#"no run "nope""#), "{stderr}");
+    assert_eq!(snapshot(dir), before, "a refused `flow resolve` changed the directory");
+}
+
+/// (a) A ledger its worker closed cleanly has no `-wal`: reading it used to make a `-wal` and a `-shm` and remove
+/// them again (a reader that may write the file can), which the directory's modification time shows. The names
+/// hold characters a SQLite URI gives a meaning to.
+#[test]
+fn a_cleanly_closed_ledger_is_read_without_a_file_made_or_removed() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a #dir%41?");
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("flow?mode=rwc#%2F.db");
+    ledger_with_a_paused_run(&path);
+    assert_eq!(names(&dir), ["flow?mode=rwc#%2F.db"]);
+    age(&dir);
+    list_and_refuse_leave_it(As::Me, &dir, &path, "wf");
+}
+
+/// (b) A worker died with its last transaction in the `-wal`: the listing reads it, and the file and the log stay
+/// byte for byte as they were, also when the ledger is named through a symbolic link (SQLite's log is next to the
+/// file the link points to; looking for it next to the link, a listing found none and copied the log into the file
+/// when it closed, removing it).
+#[test]
+fn a_dead_worker_s_log_is_read_and_left_also_through_a_symbolic_link() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ledgers");
+    std::fs::create_dir(&dir).unwrap();
+    let path = dir.join("flow.db");
+    ledger_with_a_paused_run(&path);
+    worker_dies_after_renaming_the_workflow(&path, false);
+    assert_eq!(names(&dir), ["flow.db", "flow.db-shm", "flow.db-wal"]);
+    assert!(std::fs::metadata(dir.join("flow.db-wal")).unwrap().len() > 0, "the test needs a log with pages");
+    age(&dir);
+    list_and_refuse_leave_it(As::Me, &dir, &path, "wf2");
+    let link = root.path().join("link.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    list_and_refuse_leave_it(As::Me, &dir, &link, "wf2");
+    assert_eq!(names(root.path()), ["ledgers", "link.db"]);
+}
+
+/// A `-wal` and a `-shm` that hold nothing (left by a reader that could not remove them, or a worker that died before
+/// it wrote) stay: reading used to remove them when it closed.
+#[test]
+fn an_empty_log_a_reader_left_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    ledger_with_a_paused_run(&path);
+    {
+        // A read-only connection cannot remove the log and index its read made.
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = rusqlite::Connection::open_with_flags(&path, flags).unwrap();
+        let _: i64 = conn.query_row("SELECT count(*) FROM runs", [], |row| row.get(0)).unwrap();
+    }
+    assert_eq!(names(dir.path()), ["flow.db", "flow.db-shm", "flow.db-wal"]);
+    age(dir.path());
+    list_and_refuse_leave_it(As::Me, dir.path(), &path, "wf");
+}
+
+/// A worker opened [`Options::exclusive`] died with its last transaction in the `-wal`, and there is no `-shm`:
+/// the listing reads the log with its index in memory, and makes no `-shm` (it used to leave one behind).
+#[test]
+fn an_exclusive_worker_s_log_is_read_without_a_shm_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    ledger_with_a_paused_run(&path);
+    worker_dies_after_renaming_the_workflow(&path, true);
+    assert_eq!(names(dir.path()), ["flow.db", "flow.db-wal"]);
+    assert!(std::fs::metadata(dir.path().join("flow.db-wal")).unwrap().len() > 0, "the test needs a log with pages");
+    age(dir.path());
+    list_and_refuse_leave_it(As::Me, dir.path(), &path, "wf2");
+}
+
+/// (d) A ledger file this user may only read, in a directory they may write: reading a cleanly closed one used to
+/// leave a `-wal` and a `-shm` behind, owned by this user, after which the file's owner could no longer write it.
+/// A dead worker's log is read and left; one without a `-shm` cannot be read without making one, and is refused.
+#[test]
+fn a_ledger_this_user_may_only_read_is_read_without_a_file_left() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let ledger_in = |name: &str, worker: Option<bool>| {
+        let dir = root.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("flow.db");
+        ledger_with_a_paused_run(&path);
+        if let Some(exclusive) = worker {
+            worker_dies_after_renaming_the_workflow(&path, exclusive);
+        }
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            std::fs::set_permissions(entry.unwrap().path(), std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        age(&dir);
+        (dir, path)
+    };
+    let (dir, path) = ledger_in("closed", None);
+    list_and_refuse_leave_it(As::Restricted, &dir, &path, "wf");
+    assert_eq!(names(&dir), ["flow.db"]);
+    let (dir, path) = ledger_in("dead-worker", Some(false));
+    list_and_refuse_leave_it(As::Restricted, &dir, &path, "wf2");
+    let (dir, path) = ledger_in("dead-exclusive-worker", Some(true));
+    let before = snapshot(&dir);
+    let (code, stdout, stderr) = flow(As::Restricted, &["paused", "--ledger", path.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("no -shm index") && stderr.contains("needs write access to the file"), "{stderr}");
+    assert_eq!(snapshot(&dir), before, "a refused listing changed the directory");
+}
+
+/// (e) A ledger in a directory this user may not write: reading a cleanly closed one used to fail, since SQLite
+/// could not make the `-wal` and `-shm` a reader of a WAL file needs; a dead worker's log is read as ever.
+#[test]
+fn a_ledger_in_a_directory_this_user_may_not_write_is_read() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for (name, mode, worker) in [("rw-file", 0o666, false), ("ro-file", 0o444, false), ("dead-worker", 0o666, true)] {
+        let dir = root.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("flow.db");
+        ledger_with_a_paused_run(&path);
+        if worker {
+            worker_dies_after_renaming_the_workflow(&path, false);
+        }
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            std::fs::set_permissions(entry.unwrap().path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+        age(&dir);
+        dirs.push(dir);
+    }
+    let results: Vec<_> = dirs
+        .iter()
+        .zip(["wf", "wf", "wf2"])
+        .map(|(dir, workflow)| {
+            std::panic::catch_unwind(|| list_and_refuse_leave_it(As::Restricted, dir, &dir.join("flow.db"), workflow))
+        })
+        .collect();
+    for dir in &dirs {
+        // So that the temporary directory can be removed.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for result in results {
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// (c) A ledger in rollback-journal mode is read under SQLite's shared lock, which makes no file. One whose writer
+/// died in the middle of a transaction, leaving a hot `-journal`, is refused and left as it is: reading it means
+/// rolling the journal back into the file, which a worker opening the ledger does.
+#[test]
+fn a_rollback_journal_ledger_is_read_and_a_hot_journal_left_to_a_worker() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, crashed) = (root.path().join("ledger"), root.path().join("crashed"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::create_dir(&crashed).unwrap();
+    let path = dir.join("flow.db");
+    ledger_with_a_paused_run(&path);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "DELETE", |row| row.get(0)).unwrap();
+    assert_eq!(mode, "delete");
+    age(&dir);
+    list_and_refuse_leave_it(As::Me, &dir, &path, "wf");
+    // A transaction too large for the page cache writes pages into the file before it commits; a copy of the file
+    // and its journal as they are then is what a crash at that moment leaves.
+    conn.pragma_update(None, "cache_size", 1).unwrap();
+    conn.execute_batch("BEGIN; UPDATE runs SET workflow = 'wf2', trigger = zeroblob(200000);").unwrap();
+    for name in ["flow.db", "flow.db-journal"] {
+        std::fs::copy(dir.join(name), crashed.join(name)).unwrap();
+    }
+    conn.execute_batch("ROLLBACK").unwrap();
+    age(&crashed);
+    let before = snapshot(&crashed);
+    let (code, stdout, stderr) = flow(As::Me, &["paused", "--ledger", crashed.join("flow.db").to_str().unwrap()]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("stopped in the middle of a transaction"), "{stderr}");
+    assert_eq!(snapshot(&crashed), before, "a refused listing changed the directory");
+    drop(conn);
+    // A worker rolls the journal back.
+    let ledger = SqliteLedger::open(&crashed.join("flow.db"), Options::default()).unwrap();
+    assert_eq!(ledger.get_run("r1").unwrap().unwrap().workflow, "wf");
+}
