@@ -897,7 +897,7 @@ pub fn write_built(report: &Report, out_dir: &Path) -> Result<(), Error> {
 }
 
 /// Reads a results JSON file (`flowsim run --json`), or a `report.json`, whose first policy's merged results it
-/// returns (so a previous release's report can serve as `--baseline`).
+/// returns (so a previous release's report can serve as `--baseline`; [`parse_all_results`] gives every policy's).
 pub fn load_results(path: impl AsRef<Path>) -> Result<Results, Error> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read { path: path.to_path_buf(), source })?;
@@ -927,10 +927,26 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
             r.duplicates.total
         ));
     }
+    use sim::results::MIXED;
+    const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+    if !LEDGERS.contains(&r.ledger.as_str()) && r.ledger != MIXED {
+        return Err(format!("ledger = {:?} is not memory, sqlite or {MIXED} (a merge of both)", r.ledger));
+    }
     if let Some(ledgers) = &r.trace_ledgers {
-        let (l, h) = (ledgers.split(',').count(), r.trace_hash.split(',').filter(|h| !h.is_empty()).count());
+        let named: Vec<&str> = ledgers.split(',').collect();
+        let (l, h) = (named.len(), r.trace_hash.split(',').filter(|h| !h.is_empty()).count());
         if l != h {
             return Err(format!("trace_ledgers names {l} ledgers for {h} trace hashes"));
+        }
+        if let Some(bad) = named.iter().find(|l| !LEDGERS.contains(l)) {
+            return Err(format!("trace_ledgers names the ledger {bad:?}, not memory or sqlite"));
+        }
+        // Written only in a merge of both ledgers' runs, which names each.
+        if r.ledger != MIXED || !LEDGERS.iter().all(|l| named.contains(l)) {
+            return Err(format!(
+                "trace_ledgers = {ledgers:?} with ledger = {:?}: only a merge of both ledgers' runs names them",
+                r.ledger
+            ));
         }
     }
     Ok(())
@@ -938,6 +954,12 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
 
 /// [`load_results`] on text already read; `path` names the source in errors.
 pub fn parse_results(text: &str, path: &Path) -> Result<Results, Error> {
+    Ok(parse_all_results(text, path)?.swap_remove(0))
+}
+
+/// The results a file holds, never none: a results file's one, or each policy section's merged results of a
+/// `report.json`, in the report's order (the `rules` policy first). `path` names the source in errors.
+pub fn parse_all_results(text: &str, path: &Path) -> Result<Vec<Results>, Error> {
     let parse_error = |e: serde_json::Error| Error::Parse {
         path: path.to_path_buf(),
         line: e.line(),
@@ -947,20 +969,22 @@ pub fn parse_results(text: &str, path: &Path) -> Result<Results, Error> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(parse_error)?;
     if value.get("report_format").is_some() {
         let report: Report = serde_json::from_str(text).map_err(parse_error)?;
+        let refuse = |message: String| Error::Parse { path: path.to_path_buf(), line: 0, column: 0, message };
         if report.report_format != REPORT_FORMAT {
-            return Err(Error::Parse {
-                path: path.to_path_buf(),
-                line: 0,
-                column: 0,
-                message: format!("report format {:?}, this build reads {REPORT_FORMAT:?}", report.report_format),
-            });
+            return Err(refuse(format!(
+                "report format {:?}, this build reads {REPORT_FORMAT:?}",
+                report.report_format
+            )));
         }
-        return report.policies.into_iter().next().map(|p| p.results).ok_or_else(|| Error::Parse {
-            path: path.to_path_buf(),
-            line: 0,
-            column: 0,
-            message: "the report has no policy sections".to_string(),
-        });
+        if report.policies.is_empty() {
+            return Err(refuse("the report has no policy sections".to_string()));
+        }
+        return Ok(report.policies.into_iter().map(|p| p.results).collect());
     }
-    serde_json::from_str(text).map_err(parse_error)
+    Ok(vec![serde_json::from_str(text).map_err(parse_error)?])
+}
+
+/// The policy whose section a report puts first, and diffs against a baseline: `rules` when `results` hold it.
+pub fn first_policy(results: &[Results]) -> Option<&str> {
+    results.iter().map(|r| policy_rank(&r.policy)).min().map(|(_, policy)| policy)
 }

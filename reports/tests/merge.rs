@@ -111,3 +111,28 @@ fn a_merge_of_both_ledgers_names_the_ledger_of_each_hash_associatively() {
     assert_eq!(old.trace_ledgers, None);
     assert!(old.hashes_with_ledgers().all(|(_, ledger)| ledger.is_none()));
 }
+
+/// `trace_ledgers` and `ledger` are read as a merge writes them; anything else is refused as a contradiction, since
+/// `flowsim report` relies on them to count each simulation once.
+#[test]
+fn ledger_names_a_merge_could_not_have_written_are_refused() {
+    use reports::report::check_counts;
+    let mut all = runs();
+    all[1].ledger = "sqlite".into();
+    let merged = Results::merge_all(&all).unwrap();
+    assert_eq!(check_counts(&merged), Ok(()));
+    assert_eq!(check_counts(&all[0]), Ok(()));
+    let with = |ledger: &str, ledgers: Option<&str>| {
+        let mut r = merged.clone();
+        r.ledger = ledger.into();
+        r.trace_ledgers = ledgers.map(str::to_owned);
+        check_counts(&r).expect_err("refused")
+    };
+    let m = sim::results::MIXED;
+    assert!(with(m, Some("memory,sqlite,memory")).contains("names 3 ledgers for 4 trace hashes"));
+    assert!(with(m, Some("memory,banana,memory,memory")).contains("the ledger \"banana\", not memory or sqlite"));
+    assert!(with(m, Some("memory, sqlite,memory,memory")).contains("the ledger \" sqlite\""));
+    assert!(with(m, Some("memory,memory,memory,memory")).contains("only a merge of both ledgers' runs names them"));
+    assert!(with("memory", Some("memory,sqlite,memory,memory")).contains("with ledger = \"memory\""));
+    assert!(with("banana", None).contains("ledger = \"banana\" is not memory, sqlite or (several)"));
+}

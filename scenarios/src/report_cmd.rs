@@ -66,8 +66,9 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
         engine::canonical::canonicalize_bytes(text.as_bytes())
             .map_err(|e| format!("{}: not a flowsim results file: {e}", path.display()))?;
         if value.get("check_format").is_none() {
-            let results = reports::report::parse_results(&text, path).map_err(|e| e.to_string())?;
-            plain.push(Input { results, path, file: order });
+            // A report.json holds a section per policy: each is counted.
+            let all = reports::report::parse_all_results(&text, path).map_err(|e| e.to_string())?;
+            plain.extend(all.into_iter().map(|results| Input { results, path, file: order }));
             continue;
         }
         let file: CheckFile =
@@ -129,12 +130,13 @@ fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
             let same_ledger = earlier.iter().find(|(l, _)| ledger.is_some() && *l == ledger);
             let clash = same_ledger.or_else(|| earlier.get(LEDGERS - 1).filter(|_| earlier.len() >= LEDGERS));
             if let Some((_, first)) = clash {
-                let what = format!(
-                    "the simulation of {} seed {} ({} ledger, trace hash {hash})",
-                    r.scenario,
-                    r.seed,
-                    ledger.unwrap_or(MIXED)
+                // Named by whichever side is a single run: a merge's seed is only its first run's.
+                let single = [r, &first.results].into_iter().find(|r| r.merged_runs <= 1);
+                let which = single.map_or_else(
+                    || "a simulation".to_owned(),
+                    |r| format!("the simulation of {} seed {}", r.scenario, r.seed),
                 );
+                let what = format!("{which} ({} ledger, trace hash {hash})", ledger.unwrap_or(MIXED));
                 return Err(if first.file == input.file {
                     format!("{} holds {what} more than once: it would be counted twice", input.path.display())
                 } else if first.path == input.path {
@@ -195,6 +197,15 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
         None => None,
         Some(path) => {
             let all = collect(std::slice::from_ref(path)).map_err(|e| format!("baseline: {e}"))?;
+            // The report diffs its first policy's section against the baseline's results of that policy.
+            let policy = reports::report::first_policy(&results).ok_or("the inputs hold no results to report on")?;
+            let all: Vec<Results> = all.into_iter().filter(|r| r.policy == policy).collect();
+            if all.is_empty() {
+                return Err(format!(
+                    "baseline: {} holds no results of the {policy} policy, which the diff compares",
+                    path.display()
+                ));
+            }
             // Said when both sides name their scenarios (a merge, such as a report.json, does not).
             let (old, new) = (scenarios(&all), scenarios(&results));
             if old != new && !old.iter().chain(&new).any(|s| *s == MIXED) {
@@ -269,5 +280,47 @@ mod tests {
         assert!(!ok(&[merged(0, both, &[("memory", "h"), ("sqlite", "h")]), input(1, s1, "sqlite", "h")]));
         // One ledger's merge names no ledgers: its `ledger` says it.
         assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).results.trace_ledgers, None);
+    }
+
+    /// A clash inside a merge is named by the single run's seed, not by the merge's (its first run's).
+    #[test]
+    fn a_clash_is_named_by_the_single_run_s_seed() {
+        let (single, merge) = (Path::new("s2.json"), Path::new("a/report.json"));
+        let mut run = input(0, single, "sqlite", "h2");
+        run.results.seed = 2;
+        let mut parts: Vec<Results> = [("memory", "h1"), ("sqlite", "h2")]
+            .iter()
+            .map(|(ledger, hash)| input(1, merge, ledger, hash).results)
+            .collect();
+        parts[0].seed = 1;
+        parts[1].seed = 2;
+        let both = Input { results: Results::merge_all(&parts).expect("parts"), path: merge, file: 1 };
+        assert_eq!(both.results.seed, 1);
+        let error = refuse_twice_counted(&[run, both]).expect_err("counted twice");
+        assert!(error.contains("the simulation of mixed seed 2 (sqlite ledger, trace hash h2)"), "{error}");
+    }
+
+    /// Every policy section of a report.json is counted, and a baseline is read for the policy the report diffs.
+    #[test]
+    fn a_report_json_contributes_every_policy() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let results = |policy: &str, hash: &str| Results {
+            policy: policy.into(),
+            ledger: "memory".into(),
+            trace_hash: hash.into(),
+            scenario: "mixed".into(),
+            ..Default::default()
+        };
+        let report = reports::build_report(&[results("rules", "r1"), results("naive", "n1")], None).expect("built");
+        let path = dir.path().join("report.json");
+        std::fs::write(&path, reports::report::render_json(&report)).expect("write");
+        let all = collect(std::slice::from_ref(&path)).expect("read");
+        let policies: Vec<&str> = all.iter().map(|r| r.policy.as_str()).collect();
+        assert_eq!(policies, ["rules", "naive"]);
+        // Beside one of its inputs, the naive run is refused as counted twice.
+        let naive = dir.path().join("naive.json");
+        std::fs::write(&naive, serde_json::to_string(&results("naive", "n1")).expect("json")).expect("write");
+        let error = collect(&[path, naive]).expect_err("counted twice");
+        assert!(error.contains("trace hash n1"), "{error}");
     }
 }
