@@ -21,15 +21,23 @@ enum As {
     Me,
     /// Someone who may not write what this user's permissions say they may not: `nobody` if this is root.
     Restricted,
+    /// The owner of the files [`own`] gave away: [`OWNER`] if this is root (so that permissions apply to them too),
+    /// else this user.
+    Owner,
 }
 
 fn flow(who: As, args: &[&str]) -> (i32, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_flow"));
-    command.args(args);
-    if matches!(who, As::Restricted) && running_as_root() {
-        command.uid(NOBODY).gid(NOBODY);
-    }
-    let out = command.output().expect("run flow");
+    run(who, Command::new(env!("CARGO_BIN_EXE_flow")).args(args))
+}
+
+/// Runs `command` as `who`: its exit code, stdout and stderr.
+fn run(who: As, command: &mut Command) -> (i32, String, String) {
+    match who {
+        As::Restricted if running_as_root() => command.uid(NOBODY).gid(NOBODY),
+        As::Owner if running_as_root() => command.uid(OWNER).gid(OWNER),
+        _ => command,
+    };
+    let out = command.output().expect("run the command");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -38,6 +46,21 @@ fn flow(who: As, args: &[&str]) -> (i32, String, String) {
 }
 
 const NOBODY: u32 = 65_534;
+/// A user who is neither root nor `nobody`, whom [`As::Owner`] runs as when this is root.
+const OWNER: u32 = 1_000;
+
+/// Gives every file in `dir` to [`As::Owner`] (a no-op unless this is root).
+fn own(dir: &Path) {
+    if running_as_root() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            std::os::unix::fs::chown(entry.unwrap().path(), Some(OWNER), Some(OWNER)).unwrap();
+        }
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
 
 fn running_as_root() -> bool {
     static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -326,12 +349,177 @@ fn a_rollback_journal_ledger_is_read_and_a_hot_journal_left_to_a_worker() {
     conn.execute_batch("ROLLBACK").unwrap();
     age(&crashed);
     let before = snapshot(&crashed);
-    let (code, stdout, stderr) = flow(As::Me, &["paused", "--ledger", crashed.join("flow.db").to_str().unwrap()]);
-    assert_eq!(code, 2, "{stdout}{stderr}");
-    assert!(stderr.contains("stopped in the middle of a transaction"), "{stderr}");
-    assert_eq!(snapshot(&crashed), before, "a refused listing changed the directory");
+    let file = crashed.join("flow.db");
+    let file = file.to_str().unwrap();
+    // A ledger a worker will mend, not bad input: a storage error (exit 1) that does not say it is no ledger.
+    for args in
+        [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "a"]]
+    {
+        let (code, stdout, stderr) = flow(As::Me, args);
+        assert_eq!(code, 1, "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(file) && stderr.contains("stopped in the middle of a transaction"), "{stderr}");
+        assert!(!stderr.contains("not a Flow ledger"), "{stderr}");
+        assert_eq!(snapshot(&crashed), before, "a refused {args:?} changed the directory");
+    }
     drop(conn);
     // A worker rolls the journal back.
     let ledger = SqliteLedger::open(&crashed.join("flow.db"), Options::default()).unwrap();
     assert_eq!(ledger.get_run("r1").unwrap().unwrap().workflow, "wf");
+}
+
+/// A worker that holds the ledger exclusively ([`Options::exclusive`]) keeps every other connection out: a listing,
+/// or a decision, waits for it up to the busy timeout and then gives up with a storage error (exit 1) saying so. It
+/// used to call the file "not a Flow ledger" (exit 2), as if it were bad input.
+#[test]
+fn a_ledger_a_worker_holds_exclusively_is_locked_not_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    ledger_with_a_paused_run(&path);
+    let worker = SqliteLedger::open(&path, Options { exclusive: true, ..Options::default() }).unwrap();
+    let run = RunRecord {
+        run_id: "r2".into(),
+        workflow: "wf".into(),
+        status: RunStatus::Running,
+        trigger: b"{}".to_vec(),
+        reason: None,
+        created_ms: 3,
+        updated_ms: 3,
+    };
+    assert!(worker.create_run(run).unwrap(), "a write takes the worker's lock");
+    assert_eq!(names(dir.path()), ["flow.db", "flow.db-wal"]);
+    age(dir.path());
+    // Not [`snapshot`]: closing a file this process opened to read it would drop the worker's lock on it (a POSIX
+    // lock belongs to the process, and any close of the file releases it).
+    let metadata = |dir: &Path| {
+        let files: Vec<_> = names(dir)
+            .into_iter()
+            .map(|name| {
+                let metadata = std::fs::metadata(dir.join(&name)).unwrap();
+                (name, metadata.len(), metadata.modified().unwrap())
+            })
+            .collect();
+        (files, std::fs::metadata(dir).unwrap().modified().unwrap())
+    };
+    let before = metadata(dir.path());
+    for args in
+        [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "a"]]
+    {
+        let (code, stdout, stderr) = flow(As::Me, args);
+        assert_eq!(code, 1, "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(file) && stderr.contains("locked by another connection"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("not a Flow ledger"), "{args:?}: {stderr}");
+        assert_eq!(metadata(dir.path()), before, "a refused {args:?} changed the directory");
+    }
+    drop(worker);
+    let (code, stdout, stderr) = flow(As::Me, &["paused", "--ledger", file]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.starts_with("r1\twf\t"), "{stdout}");
+}
+
+/// Three ledgers in directories anyone may write, each with one file [`As::Restricted`] may not write: the ledger
+/// file (its owner's, 0644), a dead worker's `-wal`, or its `-shm`. The unwritable file's name, and the directory.
+fn ledgers_with_a_file_not_everyone_may_write(root: &Path) -> Vec<(PathBuf, &'static str)> {
+    let mut ledgers = Vec::new();
+    for (name, worker, unwritable) in
+        [("file", false, "flow.db"), ("wal", true, "flow.db-wal"), ("shm", true, "flow.db-shm")]
+    {
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("flow.db");
+        ledger_with_a_paused_run(&path);
+        if worker {
+            worker_dies_after_renaming_the_workflow(&path, false);
+        }
+        own(&dir);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            // 0444 rather than 0644: the restricted user is this one when this is not root.
+            set_mode(&entry.path(), if entry.file_name() == unwritable { 0o444 } else { 0o666 });
+        }
+        set_mode(&dir, 0o777);
+        age(&dir);
+        ledgers.push((dir, unwritable));
+    }
+    ledgers
+}
+
+/// Gives the files in `dir` back to their owner alone (0644), as they were before [`As::Restricted`] tried them.
+fn back_to_the_owner(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        set_mode(&entry.unwrap().path(), 0o644);
+    }
+}
+
+/// `flow resolve` by a user who may write the ledger's directory but not the ledger file, or not its `-wal` or
+/// `-shm`, is refused before SQLite opens the file to write, naming the file and why (a storage error, exit 1), and
+/// leaves the directory as it was. SQLite used to open the file read-only without a word: its read made a `-wal` and
+/// a `-shm` (or used the worker's), the write failed ("attempt to write a readonly database", naming no file), and
+/// the `-wal` and `-shm` it left behind, owned by that user, kept the file's owner from writing the ledger too.
+#[test]
+fn resolve_by_a_user_who_may_not_write_the_ledger_is_refused_and_leaves_it() {
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    for (dir, unwritable) in ledgers_with_a_file_not_everyone_may_write(root.path()) {
+        let path = dir.join("flow.db");
+        let file = path.to_str().unwrap();
+        let decision = ["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "bob"];
+        let before = snapshot(&dir);
+        let (code, stdout, stderr) = flow(As::Restricted, &decision);
+        assert_eq!(code, 1, "{unwritable}: {stdout}{stderr}");
+        assert!(stderr.contains(&dir.join(unwritable).to_str().unwrap().to_string()), "{unwritable}: {stderr}");
+        assert!(stderr.contains("cannot open it to write"), "{unwritable}: {stderr}");
+        assert!(stderr.contains("recording a decision writes the ledger"), "{unwritable}: {stderr}");
+        assert_eq!(snapshot(&dir), before, "{unwritable}: a refused decision changed the directory");
+        back_to_the_owner(&dir);
+        let (code, stdout, stderr) = flow(As::Owner, &decision);
+        assert_eq!(code, 0, "{unwritable}: the owner's decision: {stdout}{stderr}");
+        assert!(stdout.contains("now running"), "{unwritable}: {stdout}");
+    }
+}
+
+/// Set (to the ledger's path) in the child [`a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it`] runs.
+const WORKER_ENV: &str = "FLOW_TEST_WORKER_LEDGER";
+
+/// The same for a worker ([`SqliteLedger::open`]), which is this test binary run again as [`As::Restricted`]: its
+/// open is refused, naming the file, and the directory is left as it was, so the owner's worker still writes it.
+#[test]
+fn a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it() {
+    if let Ok(path) = std::env::var(WORKER_ENV) {
+        // The child: what it reports is checked by the parent.
+        match SqliteLedger::open(Path::new(&path), Options::default()) {
+            Err(e) => println!("worker: refused: {e}"),
+            Ok(ledger) => match ledger.set_run_status("r1", RunStatus::Running, None, 3) {
+                Ok(()) => println!("worker: wrote"),
+                Err(e) => println!("worker: opened, the write failed: {e}"),
+            },
+        }
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let test = "a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it";
+    let exe = std::env::current_exe().unwrap();
+    for (dir, unwritable) in ledgers_with_a_file_not_everyone_may_write(root.path()) {
+        let path = dir.join("flow.db");
+        let worker = |who: As| {
+            let (code, stdout, stderr) =
+                run(who, Command::new(&exe).args([test, "--exact", "--nocapture"]).env(WORKER_ENV, &path));
+            assert_eq!(code, 0, "{unwritable}: {stdout}{stderr}");
+            stdout.lines().find_map(|line| line.strip_prefix("worker: ")).map(str::to_string).unwrap_or_default()
+        };
+        let before = snapshot(&dir);
+        let said = worker(As::Restricted);
+        assert!(said.starts_with("refused: "), "{unwritable}: {said}");
+        assert!(said.contains(&format!("{}: cannot open it to write", dir.join(unwritable).display())), "{said}");
+        assert_eq!(snapshot(&dir), before, "{unwritable}: a refused worker changed the directory");
+        back_to_the_owner(&dir);
+        assert_eq!(worker(As::Owner), "wrote", "{unwritable}: the owner's worker");
+    }
 }

@@ -7,22 +7,24 @@
 //!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
-//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error); 2 bad
-//! usage or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does not hold,
+//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error: the
+//! ledger locked by another connection, a hot `-journal` a writer left, a file `resolve` may not write); 2 bad usage
+//! or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does not hold,
 //! `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
 //!
 //! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
 //! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
 //! ledger's, or a ledger of another schema version is refused with exit 2 and left as it was, never turned into a
 //! new ledger or migrated. `paused` only reads the file; `resolve` checks the run reading only, and opens the file to
-//! write only then. `--mark-done` is read by the engine's strict JSON parser
+//! write only then, and only if this user may write it and its `-wal` and `-shm`
+//! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
 //! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
 //! (a repeated member name, an integer no double holds exactly).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
 use engine::ledger::sqlite::{MIGRATIONS, Options, SCHEMA_VERSION, SqliteLedger};
-use engine::ledger::{Ledger, Resolution};
+use engine::ledger::{Error as LedgerError, Ledger, Resolution};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,14 +71,39 @@ enum Command {
 /// The first 16 bytes of every SQLite database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// Opens the ledger at `path` for reading only ([`SqliteLedger::open_read_only`]): the file is not changed, whatever
-/// follows. Every refusal is bad input (exit 2).
-fn open_read_only(path: &Path) -> Result<SqliteLedger, String> {
-    if !path.exists() {
-        return Err(format!("no ledger at {}", path.display()));
+/// Why `flow` does not go on with a ledger file, which it leaves as it was.
+enum Refusal {
+    /// It is not a Flow ledger of this build's schema (or no file at all): bad input, exit 2.
+    NotALedger(String),
+    /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
+    /// this user may not write it): a storage error, exit 1.
+    Storage(String),
+}
+
+impl Refusal {
+    fn fail(&self) -> ExitCode {
+        match self {
+            Refusal::NotALedger(message) => fail(2, message),
+            Refusal::Storage(message) => fail(1, message),
+        }
     }
-    check_is_ledger(path).map_err(|reason| format!("{}: not a Flow ledger: {reason}", path.display()))?;
-    SqliteLedger::open_read_only(path, Options::default()).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Opens the ledger at `path` for reading only ([`SqliteLedger::open_read_only`]): the file is not changed, whatever
+/// follows.
+fn open_read_only(path: &Path) -> Result<SqliteLedger, Refusal> {
+    if !path.exists() {
+        return Err(Refusal::NotALedger(format!("no ledger at {}", path.display())));
+    }
+    check_is_ledger(path).map_err(|refusal| match refusal {
+        Refusal::NotALedger(reason) => Refusal::NotALedger(format!("{}: not a Flow ledger: {reason}", path.display())),
+        Refusal::Storage(reason) => Refusal::Storage(format!("{}: {reason}", path.display())),
+    })?;
+    SqliteLedger::open_read_only(path, Options::default()).map_err(|e| match e {
+        // Its message names the file.
+        LedgerError::Storage(detail) => Refusal::Storage(detail),
+        e => Refusal::NotALedger(format!("{}: {e}", path.display())),
+    })
 }
 
 /// The tables of a ledger of this build and their columns, from its migrations applied to an empty database.
@@ -105,62 +132,82 @@ fn tables(conn: &rusqlite::Connection) -> rusqlite::Result<BTreeMap<String, Vec<
     Ok(out)
 }
 
+/// Why SQLite could not open or read a file that starts like a SQLite database. A lock another connection holds and
+/// a hot `-journal` are conditions of a ledger's storage that pass, not signs that the file is no ledger (a storage
+/// error); `doing` says what failed otherwise.
+fn sqlite_refusal(e: rusqlite::Error, doing: &str) -> Refusal {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => Refusal::Storage(format!(
+            "the ledger is locked by another connection (a worker holding it exclusively?); try again when it is \
+             free: {e}"
+        )),
+        _ if e.sqlite_error().is_some_and(|f| f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK) => {
+            Refusal::Storage(format!(
+                "a writer stopped in the middle of a transaction, and reading it means rolling its -journal back \
+                 into the file, which flow does not do (a worker opening the ledger does): {e}"
+            ))
+        }
+        Some(
+            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
+        ) => Refusal::NotALedger(format!(
+            "SQLite cannot open it to read (check the permissions of the file and its directory): {e}"
+        )),
+        _ => Refusal::NotALedger(format!("{doing}: {e}")),
+    }
+}
+
 /// Refuses `path` unless it already is a Flow ledger, reading it only. `SqliteLedger::open` creates the schema in a
 /// file that has none, which is right for a worker starting a new ledger but would turn a mistyped path (an empty
-/// file, another database) into an empty ledger that lists no paused runs.
-fn check_is_ledger(path: &Path) -> Result<(), String> {
+/// file, another database) into an empty ledger that lists no paused runs. The refusal's message does not name the
+/// file.
+fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     use std::io::Read;
-    let metadata = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let not_a_ledger = |reason: String| Err(Refusal::NotALedger(reason));
+    let metadata = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) => return not_a_ledger(format!("cannot read it: {e}")),
+    };
     if metadata.is_dir() {
-        return Err("it is a directory".to_string());
+        return not_a_ledger("it is a directory".to_string());
     }
     if metadata.len() == 0 {
-        return Err("the file is empty (a mistyped path?)".to_string());
+        return not_a_ledger("the file is empty (a mistyped path?)".to_string());
     }
     let mut header = [0u8; 16];
     match std::fs::File::open(path).and_then(|mut file| file.read_exact(&mut header)) {
         Ok(()) if &header == SQLITE_HEADER => {}
-        Ok(()) => return Err("not a SQLite database".to_string()),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err("not a SQLite database".to_string()),
-        Err(e) => return Err(format!("cannot read it: {e}")),
+        Ok(()) => return not_a_ledger("not a SQLite database".to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return not_a_ledger("not a SQLite database".to_string());
+        }
+        Err(e) => return not_a_ledger(format!("cannot read it: {e}")),
     }
     // A connection that cannot change the file, even if it turns out not to be a ledger.
-    let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let cannot_read = |e: rusqlite::Error| match e.sqlite_error_code() {
-        _ if e.sqlite_error().is_some_and(|f| f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK) => format!(
-            "a writer stopped in the middle of a transaction, and reading it means rolling its -journal back into \
-             the file, which flow does not do (a worker opening the ledger does): {e}"
-        ),
-        Some(
-            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
-        ) => {
-            format!("SQLite cannot open it to read (check the permissions of the file and its directory): {e}")
-        }
-        _ => format!("SQLite cannot read it: {e}"),
-    };
+    let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| sqlite_refusal(e, "cannot open it"))?;
+    let cannot_read = |e| sqlite_refusal(e, "SQLite cannot read it");
     let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
     let found = tables(&conn).map_err(cannot_read)?;
     if version < 1 || !found.contains_key("runs") {
-        return Err("a SQLite database without the ledger schema".to_string());
+        return not_a_ledger("a SQLite database without the ledger schema".to_string());
     }
     if version > SCHEMA_VERSION {
-        return Err(format!(
+        return not_a_ledger(format!(
             "its schema version is {version}, newer than this flow's {SCHEMA_VERSION}: use a newer flow"
         ));
     }
     if version < SCHEMA_VERSION {
         // A write would migrate the file, after which a worker of the older build still using it would refuse it.
-        return Err(format!(
+        return not_a_ledger(format!(
             "its schema version is {version}, older than this flow's {SCHEMA_VERSION}; flow does not migrate a \
              ledger: a worker of this build does when it opens the file"
         ));
     }
-    let expected = ledger_tables()?;
+    let expected = ledger_tables().map_err(Refusal::NotALedger)?;
     for (table, columns) in &expected {
         match found.get(table) {
-            None => return Err(format!("a SQLite database without the ledger's table {table}")),
+            None => return not_a_ledger(format!("a SQLite database without the ledger's table {table}")),
             Some(have) if have != columns => {
-                return Err(format!(
+                return not_a_ledger(format!(
                     "its table {table} has the columns ({}), a ledger's has ({})",
                     have.join(", "),
                     columns.join(", ")
@@ -178,7 +225,7 @@ fn main() -> ExitCode {
         Command::Paused { ledger } => {
             let ledger = match open_read_only(&ledger) {
                 Ok(l) => l,
-                Err(e) => return fail(2, &e),
+                Err(refusal) => return refusal.fail(),
             };
             let ids = match ledger.paused_runs() {
                 Ok(ids) => ids,
@@ -221,11 +268,16 @@ fn main() -> ExitCode {
                 )
             };
             match open_read_only(&path).map(|l| engine::executor::resolvable(&l, &run)) {
-                Err(e) => return fail(2, &e),
+                Err(refusal) => return refusal.fail(),
                 Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
                 Ok(Err(e)) => return fail(1, &e.to_string()),
                 Ok(Ok(_)) => {}
+            }
+            // SQLite opens a file (or its -wal, -shm) this user may only read read-only and fails only at the write,
+            // after its read left files that lock the owner out: refused before it is opened (`open` refuses it too).
+            if let Err(why) = engine::ledger::sqlite::check_writable(&path, &Options::default()) {
+                return fail(1, &format!("{why}: recording a decision writes the ledger"));
             }
             let ledger = match SqliteLedger::open(&path, Options::default()) {
                 Ok(l) => l,

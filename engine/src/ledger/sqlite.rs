@@ -412,6 +412,18 @@ fn corrupt(detail: impl Into<String>) -> Error {
     Error::Corrupt { detail: detail.into() }
 }
 
+/// A failure of the first reads of the existing file `path`: a file SQLite cannot read as a database, or cannot read
+/// at all, is refused as corrupt (with SQLite's reason); a lock another connection holds is not corruption, nor is a
+/// hot `-journal` that a read-only connection may not roll back.
+fn read_error(path: &Path, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(
+            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt | ErrorCode::CannotOpen | ErrorCode::SystemIoFailure,
+        ) => corrupt(format!("{}: {e}", path.display())),
+        _ => Error::Storage(format!("{}: {e}", path.display())),
+    }
+}
+
 /// A connection to the existing database file at `path` that changes nothing on disk: not the file, and not its
 /// directory (no `-wal` or `-shm` appears or disappears), while it reads every committed transaction, those a worker
 /// left in its `-wal` included. `PRAGMA query_only` is set on top. How it opens the file depends on what is there
@@ -447,11 +459,7 @@ fn corrupt(detail: impl Into<String>) -> Error {
 pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
     use rusqlite::OpenFlags;
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let with_suffix = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        std::path::PathBuf::from(name)
-    };
+    let with_suffix = |suffix: &str| with_suffix(&path, suffix);
     let (wal, shm) = (with_suffix("-wal").exists(), with_suffix("-shm").exists());
     let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = if !wal && wal_mode(&path) {
@@ -487,6 +495,52 @@ pub fn open_unchanged(path: &Path) -> rusqlite::Result<Connection> {
     };
     conn.pragma_update(None, "query_only", true)?;
     Ok(conn)
+}
+
+/// `path` with `suffix` appended to its file name: SQLite's `-wal`, `-shm` or `-journal` of the database `path`.
+fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    std::path::PathBuf::from(name)
+}
+
+/// Refuses an existing ledger that this process could open only to read: its file, or the `-wal` or `-shm` next to
+/// it (next to the file with its symbolic links resolved, where SQLite keeps them), which this user may not open for
+/// writing (another user's file, a read-only mount); the `-shm` not with [`Options::exclusive`], with which SQLite
+/// keeps the log's index in memory. SQLite opens such a file read-only without a word and fails
+/// only at the first write ("attempt to write a readonly database", naming no file); by then its first read has
+/// made a `-wal` and a `-shm` (a WAL file read without them), which a read-only connection cannot remove when it
+/// closes: they stay, owned by this user, and the file's owner can no longer write the ledger either. The check
+/// opens each file that is there to write and closes it again, which changes nothing on disk and creates nothing.
+/// A missing file is not refused (SQLite creates it, or says why not), nor anything that is not a regular file
+/// (SQLite says what is wrong with it). The refusal names the file and the reason, e.g.
+/// `/srv/L.db: cannot open it to write: Permission denied (os error 13)`.
+pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(), String> {
+    if !std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file()) {
+        return Ok(());
+    }
+    let open_to_write = |file: &Path| std::fs::OpenOptions::new().read(true).write(true).open(file);
+    open_to_write(path).map_err(|e| format!("{}: cannot open it to write: {e}", path.display()))?;
+    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let companions: &[(&str, &str)] = if options.exclusive {
+        &[("-wal", "write-ahead log")]
+    } else {
+        &[("-wal", "write-ahead log"), ("-shm", "index of the write-ahead log")]
+    };
+    for (suffix, what) in companions {
+        let file = with_suffix(&resolved, suffix);
+        match open_to_write(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!(
+                    "{}: cannot open it to write: {e} (SQLite's {what} of {})",
+                    file.display(),
+                    path.display()
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// What tells the file `path` names from another one made under the same name after it was removed: its inode (which
@@ -530,7 +584,9 @@ fn immutable_uri(path: &Path) -> String {
 }
 
 impl SqliteLedger {
-    /// Opens (or creates) the ledger file at `path` in WAL mode, migrating it to [`SCHEMA_VERSION`].
+    /// Opens (or creates) the ledger file at `path` in WAL mode, migrating it to [`SCHEMA_VERSION`]. An existing
+    /// file that this process may only read, or whose `-wal` or `-shm` it may only read, is refused with
+    /// [`Error::Storage`] before SQLite opens it ([`check_writable`]), and left as it was.
     pub fn open(path: &Path, options: Options) -> Result<Self> {
         if options.cache_entries > 0 && !options.exclusive {
             return Err(Error::Storage(format!(
@@ -539,6 +595,9 @@ impl SqliteLedger {
                 options.cache_entries
             )));
         }
+        // Before SQLite opens it: SQLite opens a file this process may only read read-only, and its first read
+        // leaves files behind that lock the file's owner out.
+        check_writable(path, &options).map_err(Error::Storage)?;
         let existed = path.exists();
         let conn = Connection::open(path).map_err(|e| {
             if existed {
@@ -547,17 +606,7 @@ impl SqliteLedger {
                 Error::Storage(format!("{}: cannot create: {e}", path.display()))
             }
         })?;
-        // The first reads of the file: a file SQLite cannot read as a database, or cannot read at all, is refused as
-        // corrupt (with SQLite's reason); a lock held by another process is not corruption.
-        let read_err = |e: rusqlite::Error| match e.sqlite_error_code() {
-            Some(
-                ErrorCode::NotADatabase
-                | ErrorCode::DatabaseCorrupt
-                | ErrorCode::CannotOpen
-                | ErrorCode::SystemIoFailure,
-            ) => corrupt(format!("{}: {e}", path.display())),
-            _ => storage(e),
-        };
+        let read_err = |e| read_error(path, e);
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
         if options.exclusive {
             conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(read_err)?;
@@ -588,11 +637,10 @@ impl SqliteLedger {
     /// schema version than this build's [`SCHEMA_VERSION`] is refused: a newer one as [`Error::SchemaTooNew`], an
     /// older one because only a writable open migrates it. Writes through the ledger fail.
     pub fn open_read_only(path: &Path, options: Options) -> Result<Self> {
-        let conn = open_unchanged(path).map_err(|e| corrupt(format!("{}: cannot open: {e}", path.display())))?;
+        let conn = open_unchanged(path).map_err(|e| read_error(path, e))?;
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
-        let found: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| corrupt(format!("{}: {e}", path.display())))?;
+        let found: i64 =
+            conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| read_error(path, e))?;
         if found > SCHEMA_VERSION {
             return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
         }
