@@ -63,7 +63,7 @@ pub struct ScenarioSource {
 /// What to tell a user whose `--scenario` names a catalogue scenario and also a file here: the bare name is the
 /// catalogue's, and the file is not read.
 pub fn shadowed_file_note(command: &str, scenario: &str) -> Option<String> {
-    (catalogue::find(scenario).is_some() && std::path::Path::new(scenario).exists()).then(|| {
+    (catalogue::find(scenario).is_some() && std::path::Path::new(scenario).is_file()).then(|| {
         format!(
             "flowsim {command}: note: {scenario:?} is the catalogue's scenario; the file of that name here is not \
              read (write ./{scenario} to run the file)"
@@ -111,7 +111,12 @@ pub fn steps_in_range(what: &str, steps: u64) -> Result<u64, String> {
 
 /// Resolves `--scenario NAME|FILE` for `seed`. Errors name the problem (exit 2).
 pub fn prepare(scenario: &str, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
-    let ScenarioSource { name, text, expect, steps_default } = scenario_source(scenario)?;
+    prepare_source(scenario_source(scenario)?, seed, steps)
+}
+
+/// [`prepare`] for a scenario already read (or made: a sweep's point, before its file is written).
+pub fn prepare_source(source: ScenarioSource, seed: u64, steps: Option<u64>) -> Result<Prepared, String> {
+    let ScenarioSource { name, text, expect, steps_default } = source;
     let mut spec = catalogue::parse(&text, &name)?;
     // The file's own `steps` is checked even when `--steps` overrides it: a wrong value is a wrong file either way.
     let steps_file = match spec.remove("steps") {

@@ -303,14 +303,26 @@ fn check_no_other_sweep(out: &std::path::Path, bounds_ms: &[u64]) -> Result<(), 
 
 #[cfg(madsim)]
 fn sweep(args: &SweepArgs) -> Result<i32, String> {
+    use crate::catalogue::Expect;
+    use crate::run::ScenarioSource;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     if let Some(note) = crate::run::shadowed_file_note("sweep", &args.scenario) {
         eprintln!("{note}");
     }
-    let text = crate::run::scenario_source(&args.scenario)?.text;
-    // A connector the sweep cannot measure is refused before anything is written or run.
-    let profile = crate::run::prepare(&args.scenario, 1, Some(args.steps))?.profile;
+    let source = crate::run::scenario_source(&args.scenario)?;
+    let text = source.text.clone();
+    // A connector the sweep cannot measure is refused before anything is written or run. The scenario is judged as
+    // its points will be, with the connector's lookup wait set (its own may be unset, and its lag tail long: the
+    // lag the sweep measures the bounds against).
+    // (A connector the scenario does not have is not added: it is refused below.)
+    let spec = crate::catalogue::parse(&text, &args.scenario)?;
+    let judged = if crate::catalogue::base_for(&spec).connectors.contains_key(&args.connector) {
+        profile_text(&text, &args.connector, args.bounds_ms.first().copied().unwrap_or(0))?
+    } else {
+        text.clone()
+    };
+    let profile = crate::run::prepare_source(ScenarioSource { text: judged, ..source }, 1, Some(args.steps))?.profile;
     check_connector(&profile, &args.connector, &args.scenario)?;
     check_bounds_fit_the_heal(&args.bounds_ms, profile.world.heal_s_max)?;
     check_no_other_sweep(&args.out, &args.bounds_ms)?;
@@ -329,19 +341,26 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     let read = scenario_file.is_file() && crate::catalogue::find(&args.scenario).is_none();
     let inputs: &[&std::path::Path] = if read { &[scenario_file] } else { &[] };
     crate::output::check_all(&outputs, inputs)?;
-    // Every point's profile file, checked and then written (all of them or none): a bad scenario fails before any
-    // simulation runs.
+    // Every point's profile file, checked with every seed (each draws the knobs the scenario leaves open) and then
+    // written (all of them or none): a bad scenario fails before any simulation runs.
     let mut profiles = Vec::new();
     for (&bound, path) in args.bounds_ms.iter().zip(&files) {
+        let name = path.to_str().ok_or("the output path is not UTF-8")?.to_owned();
         let text = profile_text(&text, &args.connector, bound)?;
-        crate::catalogue::parse(&text, &path.display().to_string())?;
+        for seed in 1..=args.seeds {
+            // As `scenario_source` reads the point's file when it runs.
+            let point = ScenarioSource {
+                name: name.clone(),
+                text: text.clone(),
+                expect: Expect::ResidualOnly,
+                steps_default: 0,
+            };
+            crate::run::prepare_source(point, seed, Some(args.steps)).map_err(|e| format!("seed {seed}: {e}"))?;
+        }
         profiles.push(text);
     }
     reports::files::write_all(files.iter().map(PathBuf::as_path).zip(profiles.iter().map(|t| t.as_bytes())))
         .map_err(|e| e.to_string())?;
-    for path in &files {
-        crate::run::prepare(path.to_str().ok_or("the output path is not UTF-8")?, 1, Some(args.steps))?;
-    }
     let points: Vec<(usize, u64)> =
         (0..files.len()).flat_map(|b| (1..=args.seeds).map(move |seed| (b, seed))).collect();
     outln!(

@@ -50,6 +50,10 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         ),
         ("[connectors.ledgerly]\nlookup_wait_ms = 432000000\n", "connectors.ledgerly.lookup_wait_ms: 432000000 ms"),
         ("[world]\nlease_ms = 432000000\n", "world.lease_ms: 432000000 ms is not shorter than the heal phase"),
+        // An optional knob is named when its value is of the wrong kind, like every other.
+        ("[connectors.contacts]\nlookup_wait_ms = -5\n", "connectors.contacts.lookup_wait_ms = -5 must be a whole"),
+        ("[connectors.contacts]\nlookup_wait_ms = 5.5\n", "connectors.contacts.lookup_wait_ms = 5.5 must be a whole"),
+        ("[connectors.contacts]\nlookup_wait_ms = \"5\"\n", "connectors.contacts.lookup_wait_ms = \"5\" must be"),
     ];
     for (toml, want) in cases {
         let error = error_of(toml);
@@ -206,4 +210,12 @@ fn a_delivery_beyond_the_heal_phase_or_no_heal_phase_is_refused() {
     // A heal phase shorter than every connector's default redelivery window names them all.
     let error = error_of("[world]\nheal_s_max = 100\n");
     assert!(error.contains("connectors contacts, ") && error.contains("payments"), "{error}");
+    // A term the seed drew is said to be, since another seed draws another value.
+    let error = error_of(
+        "[connectors.payments.webhooks]\nredelivery_ms_max = 431999999\nduplicate_spacing_ms = 0\n\
+         [world]\nheal_s_max = 432000\n",
+    );
+    assert!(error.contains("(reorder_ms_max "), "{error}");
+    assert!(error.contains(" (drawn from seed 1) + redelivery_ms_max 431999999 + duplicate_spacing_ms 0)"), "{error}");
+    assert!(error.ends_with("the drawn ones change with the seed: set them in the profile too"), "{error}");
 }

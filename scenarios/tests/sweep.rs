@@ -133,3 +133,56 @@ fn a_bound_beyond_the_heal_or_an_output_over_the_scenario_is_refused() {
     assert_eq!(std::fs::read_to_string(&scenario).expect("read"), text);
     assert!(!dir.join("bound-5000.toml").exists(), "nothing is written");
 }
+
+/// Webhook windows short enough for a 100 s heal phase, every connector's; `extra` adds to the profile.
+#[cfg(madsim)]
+fn short_heal_profile(extra: &str) -> String {
+    let mut text = String::from("[world]\nheal_s_max = 100\n[mix]\ncheckout = 1.0\n");
+    for c in ["payments", "contacts", "ledgerly", "email"] {
+        text += &format!(
+            "[connectors.{c}.webhooks]\nredelivery_ms_max = 1000\nreorder_ms_max = 0\nduplicate_spacing_ms = 1000\n"
+        );
+    }
+    text + extra
+}
+
+/// The scenario is judged as its points will be: the swept connector's own lookup wait, unset and so the lag bound
+/// (here its tail, longer than the heal phase), is replaced by each point's bound, so the sweep runs.
+#[cfg(madsim)]
+#[test]
+fn a_scenario_is_judged_with_the_bound_each_point_sets() {
+    let dir = temp_dir("sweep-judged");
+    let file = dir.join("scenario.toml");
+    let text = short_heal_profile(
+        "[connectors.payouts.webhooks]\nredelivery_ms_max = 1000\nreorder_ms_max = 0\nduplicate_spacing_ms = 1000\n\
+         [connectors.ledgerly]\nlag_ms_tail_max = 120000\nincident_lag_ms_max = 120000\n",
+    );
+    std::fs::write(&file, text).expect("write");
+    let out = dir.join("out");
+    let (scenario, out) = (path_str(&file), path_str(&out));
+    let args = ["sweep", "--scenario", scenario, "--bounds-ms", "0,5000", "--seeds", "1", "--steps", "1000", "--out"];
+    let o = flowsim(&[&args[..], &[out]].concat());
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+}
+
+/// Every seed's draws are checked before any simulation runs: a knob the scenario leaves open that one seed draws
+/// into a refusal stops the sweep with nothing written but the empty directory.
+#[cfg(madsim)]
+#[test]
+fn a_refusal_for_any_seed_comes_before_the_first_simulation() {
+    let dir = temp_dir("sweep-seeds");
+    let file = dir.join("scenario.toml");
+    // payouts' reorder window is drawn; seed 2 draws one that pushes a delivery past the heal phase.
+    let text =
+        short_heal_profile("[connectors.payouts.webhooks]\nredelivery_ms_max = 95000\nduplicate_spacing_ms = 1000\n");
+    std::fs::write(&file, text).expect("write");
+    let out = dir.join("out");
+    let (scenario, out_str) = (path_str(&file), path_str(&out));
+    let args = ["sweep", "--scenario", scenario, "--bounds-ms", "0,1000", "--seeds", "3", "--steps", "1000", "--out"];
+    let o = flowsim(&[&args[..], &[out_str]].concat());
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("seed 2: "), "{}", o.stderr);
+    assert!(o.stderr.contains("(drawn from seed 2)"), "{}", o.stderr);
+    assert!(!o.stdout.contains("done"), "no point ran: {}", o.stdout);
+    assert_eq!(std::fs::read_dir(&out).expect("made").count(), 0, "nothing written");
+}

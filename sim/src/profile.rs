@@ -183,7 +183,9 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
             e => Error(format!("connectors.{name}: {e}")),
         })?;
     }
-    validate_world(&profile)?;
+    // Which knobs came from the seed, for messages that name them.
+    let drawn = |path: &str| swarm && !spec_sets(spec, path) && is_drawn_knob(path);
+    validate_world(&profile, &|path: &str| drawn(path).then(|| format!(" (drawn from seed {seed})")))?;
     crate::workflows::validate_defined(&profile).map_err(Error)?;
     Ok(profile)
 }
@@ -208,8 +210,7 @@ fn exclusive_faults(spec: &ProfileSpec, connector: &str, fault: &FaultProfile, s
             let v = values.get(*knob).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
             sum += v;
             let path = format!("connectors.{connector}.{knob}");
-            let drawn =
-                swarm && !spec_sets(spec, &path) && KNOB_RANGES.iter().any(|r| r.path.replace('*', connector) == path);
+            let drawn = swarm && !spec_sets(spec, &path) && is_drawn_knob(&path);
             drawn_any |= drawn && v > 0.0;
             format!("{knob} {v}{}", if drawn { format!(" (drawn from seed {seed})") } else { String::new() })
         })
@@ -228,7 +229,17 @@ const HEAL_S_MAX: u64 = 365 * 86_400;
 /// The slowest traffic a profile may ask for.
 const RUN_RATE_PER_S_MIN: f64 = 0.001;
 
-fn validate_world(profile: &Profile) -> Result<(), Error> {
+/// Whether a knob the profile leaves open at `path` is drawn from the seed (it has a range in [`KNOB_RANGES`]).
+fn is_drawn_knob(path: &str) -> bool {
+    KNOB_RANGES.iter().any(|r| {
+        let (ours, theirs) = (path.split('.'), r.path.split('.'));
+        ours.clone().count() == theirs.clone().count() && ours.zip(theirs).all(|(a, b)| b == "*" || a == b)
+    })
+}
+
+/// Checks the world's knobs, and the connectors' against the world's heal phase. `drawn` says, for a knob's path,
+/// what to add to its name in a message: that the seed drew it, or nothing.
+fn validate_world(profile: &Profile, drawn: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
     let w = &profile.world;
     let shares = [
         ("world.webhook_share", w.webhook_share),
@@ -298,11 +309,26 @@ fn validate_world(profile: &Profile) -> Result<(), Error> {
     if let Some(name) = late.first() {
         let h = &profile.connectors[name].webhooks;
         let latest_ms = h.reorder_ms_max.saturating_add(h.redelivery_ms_max).saturating_add(h.duplicate_spacing_ms);
+        let term = |knob: &str, v: u64| {
+            let from = drawn(&format!("connectors.{name}.webhooks.{knob}")).unwrap_or_default();
+            format!("{knob} {v}{from}")
+        };
+        let terms = [
+            term("reorder_ms_max", h.reorder_ms_max),
+            term("redelivery_ms_max", h.redelivery_ms_max),
+            term("duplicate_spacing_ms", h.duplicate_spacing_ms),
+        ];
+        let advice = if terms.iter().any(|t| t.ends_with(')')) {
+            "; the drawn ones change with the seed: set them in the profile too"
+        } else {
+            ""
+        };
         return Err(Error(format!(
-            "connectors.{name}.webhooks: a delivery may come {latest_ms} ms after its change (reorder_ms_max {} + \
-             redelivery_ms_max {} + duplicate_spacing_ms {}), not within the heal phase (world.heal_s_max = {} s): it \
-             could fall after the simulation's end, unchecked; shorten them or lengthen heal_s_max",
-            h.reorder_ms_max, h.redelivery_ms_max, h.duplicate_spacing_ms, w.heal_s_max
+            "connectors.{name}.webhooks: a delivery may come {latest_ms} ms after its change ({}), not within the heal \
+             phase (world.heal_s_max = {} s): it could fall after the simulation's end, unchecked; shorten them or \
+             lengthen heal_s_max{advice}",
+            terms.join(" + "),
+            w.heal_s_max
         )));
     }
     // A run may have to sit out one of these waits whole after the chaos ends: an answer lost at its end arrives as
@@ -388,6 +414,8 @@ struct OptionalKnob {
     name: &'static str,
     /// The value the run uses and where it comes from, when the profile leaves the knob unset; `None` when it is set.
     unset: fn(&FaultProfile) -> Option<String>,
+    /// A value of the knob's type, which a value set in a profile is checked against ([`knob_value`]).
+    like: toml::Value,
 }
 
 /// Every optional connector knob, the one list both the merge (which lets a profile set one that is absent from the
@@ -397,6 +425,7 @@ const OPTIONAL_CONNECTOR_KNOBS: &[OptionalKnob] = &[OptionalKnob {
     unset: |c| {
         c.lookup_wait_ms.is_none().then(|| format!("{} (unset: the documented lag bound)", c.declared_lag_bound_ms()))
     },
+    like: toml::Value::Integer(0),
 }];
 
 fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Error> {
@@ -420,7 +449,8 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
                     }
                     // Optional knobs are absent from the encoded base while unset.
                     None if at.starts_with("connectors.") && OPTIONAL_CONNECTOR_KNOBS.iter().any(|o| o.name == k) => {
-                        into.insert(k.clone(), v.clone());
+                        let like = &OPTIONAL_CONNECTOR_KNOBS.iter().find(|o| o.name == k).expect("found above").like;
+                        into.insert(k.clone(), knob_value(like, v, &path)?);
                     }
                     None => return Err(Error(format!("unknown knob {path}"))),
                 }
