@@ -929,6 +929,9 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
     }
     use sim::results::MIXED;
     const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+    if !["rules", "naive", MIXED].contains(&r.policy.as_str()) {
+        return Err(format!("policy = {:?} is not rules, naive or {MIXED} (a merge of both)", r.policy));
+    }
     if !LEDGERS.contains(&r.ledger.as_str()) && r.ledger != MIXED {
         return Err(format!("ledger = {:?} is not memory, sqlite or {MIXED} (a merge of both)", r.ledger));
     }
@@ -978,6 +981,13 @@ pub fn parse_all_results(text: &str, path: &Path) -> Result<Vec<Results>, Error>
         }
         if report.policies.is_empty() {
             return Err(refuse("the report has no policy sections".to_string()));
+        }
+        // A section holds its policy's results: a contradiction would count them under another policy.
+        if let Some(p) = report.policies.iter().find(|p| p.policy != p.results.policy) {
+            return Err(refuse(format!(
+                "the {:?} policy section holds results of the policy {:?}",
+                p.policy, p.results.policy
+            )));
         }
         return Ok(report.policies.into_iter().map(|p| p.results).collect());
     }

@@ -135,4 +135,7 @@ fn ledger_names_a_merge_could_not_have_written_are_refused() {
     assert!(with(m, Some("memory,memory,memory,memory")).contains("only a merge of both ledgers' runs names them"));
     assert!(with("memory", Some("memory,sqlite,memory,memory")).contains("with ledger = \"memory\""));
     assert!(with("banana", None).contains("ledger = \"banana\" is not memory, sqlite or (several)"));
+    let mut r = all[0].clone();
+    r.policy = "Rules".into();
+    assert!(check_counts(&r).expect_err("refused").contains("policy = \"Rules\" is not rules, naive or (several)"));
 }

@@ -219,3 +219,22 @@ fn an_invariant_no_run_checked_is_not_reported_as_held() {
     assert!(md.contains("| rules | I9 | NO | 1 |"), "{md}");
     assert!(md.contains("Invariants BROKEN: I9 (1 violations)"), "{md}");
 }
+
+/// A report.json's section holds results of its own policy: one that holds another's is refused, since read back it
+/// would count them under the wrong policy (or drop the section it claims to be).
+#[test]
+fn a_section_holding_another_policy_s_results_is_refused() {
+    let report = build_report(&[rules(1, 500, 0), naive(1)], None).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&render_json(&report)).unwrap();
+    let path = Path::new("r/report.json");
+    let read = |json: &serde_json::Value| reports::report::parse_all_results(&json.to_string(), path);
+    let policies: Vec<String> = read(&json).unwrap().into_iter().map(|r| r.policy).collect();
+    assert_eq!(policies, ["rules", "naive"]);
+    json["policies"][0]["results"]["policy"] = "naive".into();
+    let error = read(&json).unwrap_err().to_string();
+    assert!(
+        error.contains("r/report.json")
+            && error.contains("the \"rules\" policy section holds results of the policy \"naive\""),
+        "{error}"
+    );
+}
