@@ -317,6 +317,15 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     // lag the sweep measures the bounds against).
     // (A connector the scenario does not have is not added: it is refused below.)
     let spec = crate::catalogue::parse(&text, &args.scenario)?;
+    // The points replace the swept connector's own lookup wait; a wrong one is still a wrong file.
+    let own_wait = spec.get("connectors").and_then(|c| c.get(&args.connector)).and_then(|c| c.get("lookup_wait_ms"));
+    if let Some(v) = own_wait.filter(|v| !v.as_integer().is_some_and(|i| i >= 0)) {
+        return Err(format!(
+            "{}: connectors.{}.lookup_wait_ms = {v} must be a whole number of 0 or more (each point of the sweep \
+             replaces it with its bound)",
+            args.scenario, args.connector
+        ));
+    }
     let judged = if crate::catalogue::base_for(&spec).connectors.contains_key(&args.connector) {
         profile_text(&text, &args.connector, args.bounds_ms.first().copied().unwrap_or(0))?
     } else {
@@ -345,7 +354,9 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     // written (all of them or none): a bad scenario fails before any simulation runs.
     let mut profiles = Vec::new();
     for (&bound, path) in args.bounds_ms.iter().zip(&files) {
-        let name = path.to_str().ok_or("the output path is not UTF-8")?.to_owned();
+        path.to_str().ok_or("the output path is not UTF-8")?;
+        // Named as the user wrote it: the point's file is not written yet.
+        let name = format!("{} with connectors.{}.lookup_wait_ms = {bound}", args.scenario, args.connector);
         let text = profile_text(&text, &args.connector, bound)?;
         for seed in 1..=args.seeds {
             // As `scenario_source` reads the point's file when it runs.

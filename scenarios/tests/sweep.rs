@@ -163,6 +163,12 @@ fn a_scenario_is_judged_with_the_bound_each_point_sets() {
     let args = ["sweep", "--scenario", scenario, "--bounds-ms", "0,5000", "--seeds", "1", "--steps", "1000", "--out"];
     let o = flowsim(&[&args[..], &[out]].concat());
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // Its own lookup wait, which each point replaces, must still be a wait.
+    std::fs::write(&file, format!("{}lookup_wait_ms = -5\n", std::fs::read_to_string(&file).expect("read")))
+        .expect("write");
+    let o = flowsim(&[&args[..], &[out]].concat());
+    assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("connectors.ledgerly.lookup_wait_ms = -5 must be a whole number"), "{}", o.stderr);
 }
 
 /// Every seed's draws are checked before any simulation runs: a knob the scenario leaves open that one seed draws
@@ -181,7 +187,8 @@ fn a_refusal_for_any_seed_comes_before_the_first_simulation() {
     let args = ["sweep", "--scenario", scenario, "--bounds-ms", "0,1000", "--seeds", "3", "--steps", "1000", "--out"];
     let o = flowsim(&[&args[..], &[out_str]].concat());
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
-    assert!(o.stderr.contains("seed 2: "), "{}", o.stderr);
+    let point = format!("seed 2: {scenario} with connectors.ledgerly.lookup_wait_ms = 0: connectors.payouts.webhooks");
+    assert!(o.stderr.contains(&point), "{}", o.stderr);
     assert!(o.stderr.contains("(drawn from seed 2)"), "{}", o.stderr);
     assert!(!o.stdout.contains("done"), "no point ran: {}", o.stdout);
     assert_eq!(std::fs::read_dir(&out).expect("made").count(), 0, "nothing written");
