@@ -319,7 +319,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     let spec = crate::catalogue::parse(&text, &args.scenario)?;
     // The points replace the swept connector's own lookup wait; a wrong one is still a wrong file.
     let own_wait = spec.get("connectors").and_then(|c| c.get(&args.connector)).and_then(|c| c.get("lookup_wait_ms"));
-    if let Some(v) = own_wait.filter(|v| !v.as_integer().is_some_and(|i| i >= 0)) {
+    if let Some(v) = own_wait.filter(|v| v.as_integer().is_none_or(|i| i < 0)) {
         return Err(format!(
             "{}: connectors.{}.lookup_wait_ms = {v} must be a whole number of 0 or more (each point of the sweep \
              replaces it with its bound)",
