@@ -2,8 +2,11 @@
 //! ledger (or the file that is not one) as it was. The paused runs are made with the ledger API alone, so this runs
 //! in the simulation build too (`executor_cli.rs` drives a real engine and is left out of it).
 
+mod common;
+
+use common::ledger_with_paused_runs;
 use engine::ledger::sqlite::{Options, SqliteLedger};
-use engine::ledger::{Ledger, Resolution, RunRecord, RunStatus};
+use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::path::Path;
 use std::process::Command;
 
@@ -14,27 +17,6 @@ fn flow(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// A ledger at `path` holding `run_ids`, each paused at a key, as the engine leaves an at-most-once step whose
-/// outcome it cannot know.
-fn ledger_with_paused_runs(path: &Path, run_ids: &[&str]) -> SqliteLedger {
-    let ledger = SqliteLedger::open(path, Options::default()).expect("open a new ledger");
-    for run_id in run_ids {
-        let run = RunRecord {
-            run_id: (*run_id).into(),
-            workflow: "wf".into(),
-            status: RunStatus::Running,
-            trigger: b"{}".to_vec(),
-            reason: None,
-            created_ms: 1,
-            updated_ms: 1,
-        };
-        assert!(ledger.create_run(run).unwrap());
-        let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
-        ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), 2).unwrap();
-    }
-    ledger
 }
 
 fn assert_untouched(ledger: &SqliteLedger, run_id: &str, context: &str) {

@@ -7,6 +7,8 @@
 //! where that is not possible.
 #![cfg(unix)]
 
+mod common;
+
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, RunRecord, RunStatus};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -91,19 +93,7 @@ fn restricted_can_reach(dir: &Path) -> bool {
 
 /// A ledger at `path` holding the run `r1`, paused at a key; closed cleanly (no `-wal`, no `-shm` left).
 fn ledger_with_a_paused_run(path: &Path) {
-    let ledger = SqliteLedger::open(path, Options::default()).expect("open a new ledger");
-    let run = RunRecord {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        status: RunStatus::Running,
-        trigger: b"{}".to_vec(),
-        reason: None,
-        created_ms: 1,
-        updated_ms: 1,
-    };
-    assert!(ledger.create_run(run).unwrap());
-    let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
-    ledger.set_run_status("r1", RunStatus::Paused, Some(&reason), 2).unwrap();
+    drop(common::ledger_with_paused_runs(path, &["r1"]));
 }
 
 /// A worker that dies after a write: its last transaction stays in the `-wal`, not yet in the file. `exclusive`: a

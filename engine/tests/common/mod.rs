@@ -399,3 +399,25 @@ pub async fn drive_until_halt(engine: &Engine, recorder: &Recorder, run_id: &str
         () = halted => None,
     }
 }
+
+/// A ledger at `path` holding `run_ids`, each paused at a key, as the engine leaves an at-most-once step whose
+/// outcome it cannot know.
+pub fn ledger_with_paused_runs(path: &std::path::Path, run_ids: &[&str]) -> engine::ledger::sqlite::SqliteLedger {
+    use engine::ledger::{Ledger as _, RunRecord, RunStatus};
+    let ledger = engine::ledger::sqlite::SqliteLedger::open(path, Default::default()).expect("open a new ledger");
+    for run_id in run_ids {
+        let run = RunRecord {
+            run_id: (*run_id).into(),
+            workflow: "wf".into(),
+            status: RunStatus::Running,
+            trigger: b"{}".to_vec(),
+            reason: None,
+            created_ms: 1,
+            updated_ms: 1,
+        };
+        assert!(ledger.create_run(run).unwrap());
+        let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
+        ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), 2).unwrap();
+    }
+    ledger
+}
