@@ -927,8 +927,7 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
             r.duplicates.total
         ));
     }
-    use sim::results::MIXED;
-    const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+    use sim::results::{LEDGERS, MIXED};
     if !["rules", "naive", MIXED].contains(&r.policy.as_str()) {
         return Err(format!("policy = {:?} is not rules, naive or {MIXED} (a merge of both)", r.policy));
     }
@@ -937,7 +936,7 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
     }
     if let Some(ledgers) = &r.trace_ledgers {
         let named: Vec<&str> = ledgers.split(',').collect();
-        let (l, h) = (named.len(), r.trace_hash.split(',').filter(|h| !h.is_empty()).count());
+        let (l, h) = (named.len(), r.trace_hashes().count());
         if l != h {
             return Err(format!("trace_ledgers names {l} ledgers for {h} trace hashes"));
         }

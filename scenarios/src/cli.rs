@@ -275,11 +275,9 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         eprintln!("flowsim run: --jobs must be between 1 and 256");
         return 2;
     }
-    // A scenario given as a file is read; no output may be written over it. A catalogue name is not a file read.
-    let scenario_file = std::path::Path::new(&args.scenario);
-    let read = scenario_file.is_file() && crate::catalogue::find(&args.scenario).is_none();
-    let inputs: &[&std::path::Path] = if read { &[scenario_file] } else { &[] };
-    if let Err(e) = crate::output::check_all([&args.json, &args.trace], inputs) {
+    // A scenario given as a file is read; no output may be written over it.
+    let inputs: Vec<&std::path::Path> = scenario_file(&args.scenario).into_iter().collect();
+    if let Err(e) = crate::output::check_all([&args.json, &args.trace], &inputs) {
         eprintln!("flowsim run: {e}");
         return 2;
     }
@@ -441,7 +439,7 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     } else {
         outln!("  build: without the profile (FLOWSIM_PGO=0, a rustc other than pgo/rustc-commit names, or no pgo/)");
     }
-    const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+    use sim::results::LEDGERS;
     let mut samples: [BenchSamples; 2] = Default::default();
     for _ in 0..repeat {
         for (ledger, samples) in LEDGERS.iter().zip(&mut samples) {

@@ -18,7 +18,7 @@
 
 use crate::catalogue::Expect;
 use crate::check::{CHECK_FORMAT, CheckFile, expect_name};
-use sim::results::{MIXED, Results};
+use sim::results::{LEDGERS, MIXED, Results};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -115,9 +115,6 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
     Ok(plain.into_iter().map(|input| input.results).collect())
 }
 
-/// How many ledgers a simulation can be measured with: a trace hash can stand for that many distinct measurements.
-const LEDGERS: usize = 2;
-
 /// Refuses a simulation counted twice (see the module's doc). A merge of both ledgers' runs names the ledger of each
 /// of its hashes (`trace_ledgers`); one from before that field does not, and a hash of it is refused when it occurs
 /// more often than there are ledgers, or twice with one known ledger.
@@ -128,7 +125,7 @@ fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
         for (hash, ledger) in r.hashes_with_ledgers() {
             let earlier = seen.entry(hash).or_default();
             let same_ledger = earlier.iter().find(|(l, _)| ledger.is_some() && *l == ledger);
-            let clash = same_ledger.or_else(|| earlier.get(LEDGERS - 1).filter(|_| earlier.len() >= LEDGERS));
+            let clash = same_ledger.or_else(|| earlier.get(LEDGERS.len() - 1));
             if let Some((_, first)) = clash {
                 // Named by whichever side is a single run: a merge's seed is only its first run's.
                 let single = [r, &first.results].into_iter().find(|r| r.merged_runs <= 1);

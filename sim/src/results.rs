@@ -132,6 +132,10 @@ fn one() -> u64 {
     1
 }
 
+/// The ledgers a simulation runs with, as a result names them (`world::LedgerKind::as_str`): a trace hash stands for
+/// at most this many distinct measurements.
+pub const LEDGERS: [&str; 2] = ["memory", "sqlite"];
+
 /// What a merge writes into a text field whose inputs disagree.
 pub const MIXED: &str = "(several)";
 
@@ -262,8 +266,7 @@ impl Results {
     /// input did ([`Results::trace_ledgers`]).
     pub fn hashes_with_ledgers(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
         let ledgers = self.hash_ledgers();
-        let hashes = self.trace_hash.split(',').filter(|h| !h.is_empty());
-        hashes.enumerate().map(move |(i, h)| (h, ledgers.as_ref().and_then(|l| l.get(i).copied())))
+        self.trace_hashes().enumerate().map(move |(i, h)| (h, ledgers.as_ref().and_then(|l| l.get(i).copied())))
     }
 
     /// The ledger of each trace hash, in order, or `None` when this is a merge of both ledgers' runs that does not
@@ -272,8 +275,13 @@ impl Results {
         match &self.trace_ledgers {
             Some(ledgers) => Some(ledgers.split(',').collect()),
             None if self.ledger == MIXED => None,
-            None => Some(vec![self.ledger.as_str(); self.trace_hash.split(',').filter(|h| !h.is_empty()).count()]),
+            None => Some(vec![self.ledger.as_str(); self.trace_hashes().count()]),
         }
+    }
+
+    /// The trace hashes: one for a single run, each merged run's in order for a merge (none for an empty result).
+    pub fn trace_hashes(&self) -> impl Iterator<Item = &str> {
+        self.trace_hash.split(',').filter(|h| !h.is_empty())
     }
 
     /// The merge of `all` in order ([`Results::merge`]), or `None` when `all` is empty.
