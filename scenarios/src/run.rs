@@ -71,6 +71,13 @@ pub fn shadowed_file_note(command: &str, scenario: &str) -> Option<String> {
     })
 }
 
+/// The file `--scenario` names, when it is read as one ([`scenario_source`]: a catalogue name is not): an input no
+/// output may be written over.
+pub fn scenario_file(scenario: &str) -> Option<&std::path::Path> {
+    let path = std::path::Path::new(scenario);
+    (path.is_file() && catalogue::find(scenario).is_none()).then_some(path)
+}
+
 /// Finds `scenario` in the catalogue, or else reads it as a file; the error names both places it looked.
 pub fn scenario_source(scenario: &str) -> Result<ScenarioSource, String> {
     if let Some(s) = catalogue::find(scenario) {

@@ -346,10 +346,8 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         .chain([args.out.join("sweep.md")])
         .map(Some)
         .collect();
-    let scenario_file = std::path::Path::new(&args.scenario);
-    let read = scenario_file.is_file() && crate::catalogue::find(&args.scenario).is_none();
-    let inputs: &[&std::path::Path] = if read { &[scenario_file] } else { &[] };
-    crate::output::check_all(&outputs, inputs)?;
+    let inputs: Vec<&std::path::Path> = crate::run::scenario_file(&args.scenario).into_iter().collect();
+    crate::output::check_all(&outputs, &inputs)?;
     // Every point's profile file, checked with every seed (each draws the knobs the scenario leaves open) and then
     // written (all of them or none): a bad scenario fails before any simulation runs.
     let mut profiles = Vec::new();

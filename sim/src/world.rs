@@ -1681,12 +1681,12 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     // that another worker took and then ended the run under, for one, which it learns only when the lease runs out.
     // Its end-of-run checks run now; the trace names the drivers still waiting. (A paused run still counts until the
     // world has finished it: one left at a person's desk, neither decided nor driven, is what I8 exists to catch.)
+    let drivers_of = |run_id: &str| world.drivers.lock().get(run_id).cloned().unwrap_or_default();
     let unfinished = monitor.lock().checker.unfinished_runs(usize::MAX);
     for run_id in unfinished {
         let Some(run) = world.ledger.get_run(&run_id).ok().flatten() else { continue };
         if matches!(run.status, RunStatus::Succeeded | RunStatus::Failed) {
-            let drivers = world.drivers.lock().get(run_id.as_str()).cloned().unwrap_or_default();
-            let detail = format!("status {} drivers {drivers:?}", run.status.as_str());
+            let detail = format!("status {} drivers {:?}", run.status.as_str(), drivers_of(&run_id));
             let mut state = monitor.lock();
             state.trace.record(end_ms, "run-ended-still-driven", &[Field::Str(&run_id), Field::Str(&detail)]);
             state.checker.run_finished(&run_id, run.status, world.ledger.as_ref());
@@ -1696,7 +1696,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let stuck = monitor.lock().checker.unfinished_runs(3);
     for run_id in stuck {
         let run = world.ledger.get_run(&run_id).ok().flatten();
-        let drivers = world.drivers.lock().get(run_id.as_str()).cloned().unwrap_or_default();
+        let drivers = drivers_of(&run_id);
         let detail = match run {
             Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
             None => format!("not in the ledger; drivers {drivers:?}"),
