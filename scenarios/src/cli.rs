@@ -20,7 +20,7 @@ enum Command {
         /// Every random draw of the run (knobs the profile leaves open, faults, traffic, timing) comes from it.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Steps (writes) to run; the scenario's default when omitted.
+        /// Steps (writes) to run, at most 10^12; the scenario's default when omitted.
         #[arg(long)]
         steps: Option<u64>,
         /// `rules`: the engine as designed; `naive` (the "before"): a fresh key per attempt, no lookups, retries
@@ -80,7 +80,7 @@ enum Command {
         /// figures only at the same profile (docs/speed.md).
         #[arg(long, default_value = "mixed")]
         scenario: String,
-        /// Steps of each repetition (its seed is 1).
+        /// Steps of each repetition (its seed is 1), at most 10^12.
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
         /// Repetitions per ledger and per yardstick loop; the median of an even number is the mean of the middle two.
@@ -117,14 +117,28 @@ enum LedgerArg {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command().try_get_matches().and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
             return code;
         }
     };
+    // A `--scenario` the user typed that names the catalogue beside a file of that name: say which one runs. The
+    // default name is not something the user chose, so a file that happens to share it gets no note.
+    if let Some((command, sub)) = matches.subcommand() {
+        let typed = sub
+            .try_get_one::<String>("scenario")
+            .ok()
+            .flatten()
+            .filter(|_| sub.value_source("scenario") == Some(clap::parser::ValueSource::CommandLine));
+        if let Some(note) = typed.and_then(|scenario| crate::run::shadowed_file_note(command, scenario)) {
+            eprintln!("{note}");
+        }
+    }
     match cli.command {
         Command::Run { scenario, seed, steps, policy, ledger, jobs, json, trace, trace_run, check_determinism } => {
             let args = crate::run::RunArgs {
@@ -281,9 +295,6 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         eprintln!("flowsim run: {e}");
         return 2;
     }
-    if let Some(note) = shadowed_file_note("run", &args.scenario) {
-        eprintln!("{note}");
-    }
     let prepared = match prepare(&args.scenario, args.seed, args.steps) {
         Ok(p) => p,
         Err(e) => {
@@ -416,9 +427,6 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     if repeat == 0 {
         eprintln!("flowsim bench: --repeat must be at least 1");
         return 2;
-    }
-    if let Some(note) = shadowed_file_note("bench", scenario) {
-        eprintln!("{note}");
     }
     let prepared = match prepare(scenario, 1, Some(steps)) {
         Ok(p) => p,

@@ -30,7 +30,7 @@ pub struct SweepArgs {
     /// Seeds per bound (`1..=seeds`); the same seeds for every bound.
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
-    /// Steps per simulation.
+    /// Steps per simulation, at most 10^12.
     #[arg(long, default_value_t = 50_000)]
     pub steps: u64,
     /// Simulations run at once, each on its own thread.
@@ -307,9 +307,6 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     use crate::run::ScenarioSource;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    if let Some(note) = crate::run::shadowed_file_note("sweep", &args.scenario) {
-        eprintln!("{note}");
-    }
     let source = crate::run::scenario_source(&args.scenario)?;
     let text = source.text.clone();
     // A connector the sweep cannot measure is refused before anything is written or run. The scenario is judged as

@@ -87,6 +87,24 @@ fn a_catalogue_name_shadows_a_file_of_that_name_and_says_so() {
     assert_eq!(out.status.code(), Some(2));
     let out = run("canary", "canary");
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    // The default scenario was not the user's choice: a file that happens to be called `mixed` gets no note, and
+    // `--scenario mixed` typed out does.
+    std::fs::write(dir.join("mixed"), "[world]\n").expect("write");
+    let default = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--steps", "1500"])
+            .args(extra)
+            .current_dir(&dir)
+            .env("CI", "1")
+            .output()
+            .expect("flowsim runs");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = default(&[]);
+    assert!(!stderr.contains("note:"), "{stderr}");
+    let stderr = default(&["--scenario", "mixed"]);
+    assert!(stderr.contains("note: \"mixed\" is the catalogue's scenario"), "{stderr}");
 }
 
 /// Plain words stay unquoted, so the common repro line reads as it always did.
