@@ -269,11 +269,23 @@ fn policy_section(results: Results) -> PolicySection {
     }
 }
 
-fn lag_series(inputs: &[&Results]) -> Vec<LagSeries> {
+/// The lag points of the inputs of one policy. A report.json's section brings its report's series: its merged results
+/// forget the bound of an action run at several (and keep it when there was one, which is then not a series of it).
+fn lag_series(inputs: &[&Input]) -> Vec<LagSeries> {
     let mut by_action: BTreeMap<&str, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
-    for results in inputs {
-        for (action, stats) in &results.actions {
-            if let Some(bound) = stats.lag_bound_ms {
+    for input in inputs {
+        let carried = input.lag_series.as_deref().unwrap_or_default();
+        for series in carried {
+            for point in &series.points {
+                let entry = by_action.entry(series.action.as_str()).or_default().entry(point.lag_bound_ms).or_default();
+                entry.0 += point.duplicates.trials;
+                entry.1 += point.duplicate_count;
+            }
+        }
+        for (action, stats) in &input.results.actions {
+            if let Some(bound) = stats.lag_bound_ms
+                && !carried.iter().any(|s| s.action == *action)
+            {
                 let entry = by_action.entry(action.as_str()).or_default().entry(bound).or_default();
                 entry.0 += stats.steps;
                 entry.1 += stats.duplicates;
@@ -329,32 +341,65 @@ fn baseline_diff(baseline: &Results, current: &PolicySection) -> BaselineDiff {
     BaselineDiff { baseline_policy: old.policy, total, by_class, actions, invariants_newly_broken, regression_count }
 }
 
+/// One input of a report: a run's results (or a merge's), or a policy section of an earlier `report.json`. A section's
+/// merged results forget which runs went in and the lag bounds that differed between them; the report.json still
+/// lists both, so its section brings them ([`parse_all_inputs`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    pub results: Results,
+    /// The runs listed for these results: `None` for a run's own results (listed as themselves). A report.json's
+    /// first section carries every run that report listed (all its policies'), and its other sections none.
+    pub runs: Option<Vec<RunSummary>>,
+    /// A report.json's first section: that report's lag series (of its first policy, the section's own).
+    pub lag_series: Option<Vec<LagSeries>>,
+}
+
+impl From<Results> for Input {
+    fn from(results: Results) -> Input {
+        Input { results, runs: None, lag_series: None }
+    }
+}
+
 /// Every figure of the report for `results` (grouped by policy and merged), against `baseline` when given.
 pub fn build_report(results: &[Results], baseline: Option<&Results>) -> Result<Report, Error> {
-    if results.is_empty() {
+    build_report_from(&results.iter().cloned().map(Input::from).collect::<Vec<_>>(), baseline)
+}
+
+/// [`build_report`] on inputs that may be an earlier report's sections.
+pub fn build_report_from(inputs: &[Input], baseline: Option<&Results>) -> Result<Report, Error> {
+    if inputs.is_empty() {
         return Err(Error::NoResults);
     }
-    let mut groups: BTreeMap<(u8, &str), Vec<&Results>> = BTreeMap::new();
-    for r in results {
-        groups.entry(policy_rank(&r.policy)).or_default().push(r);
+    let mut groups: BTreeMap<(u8, &str), Vec<&Input>> = BTreeMap::new();
+    for input in inputs {
+        groups.entry(policy_rank(&input.results.policy)).or_default().push(input);
     }
     let policies: Vec<PolicySection> = groups
         .values()
-        .map(|group| policy_section(Results::merge_all(group.iter().copied()).expect("a group is never empty")))
+        .map(|group| {
+            let merged = Results::merge_all(group.iter().map(|i| &i.results)).expect("a group is never empty");
+            policy_section(merged)
+        })
         .collect();
-    let first_group = groups.values().next().expect("results are not empty");
+    let first_group = groups.values().next().expect("inputs are not empty");
     let lag_series = lag_series(first_group);
     let baseline = baseline.map(|b| baseline_diff(b, &policies[0]));
-    let runs = results
+    let runs = inputs
         .iter()
-        .map(|r| RunSummary {
-            scenario: r.scenario.clone(),
-            seed: r.seed,
-            policy: r.policy.clone(),
-            steps: r.steps,
-            duplicates: r.duplicates.total,
-            all_hold: r.all_hold(),
-            repro: r.repro.clone(),
+        .flat_map(|input| match &input.runs {
+            Some(runs) => runs.clone(),
+            None => {
+                let r = &input.results;
+                vec![RunSummary {
+                    scenario: r.scenario.clone(),
+                    seed: r.seed,
+                    policy: r.policy.clone(),
+                    steps: r.steps,
+                    duplicates: r.duplicates.total,
+                    all_hold: r.all_hold(),
+                    repro: r.repro.clone(),
+                }]
+            }
         })
         .collect();
     Ok(Report { report_format: REPORT_FORMAT.to_string(), policies, lag_series, runs, baseline })
@@ -962,6 +1007,11 @@ pub fn parse_results(text: &str, path: &Path) -> Result<Results, Error> {
 /// The results a file holds, never none: a results file's one, or each policy section's merged results of a
 /// `report.json`, in the report's order (the `rules` policy first). `path` names the source in errors.
 pub fn parse_all_results(text: &str, path: &Path) -> Result<Vec<Results>, Error> {
+    Ok(parse_all_inputs(text, path)?.into_iter().map(|input| input.results).collect())
+}
+
+/// [`parse_all_results`], with what a `report.json` lists beside its sections' results (see [`Input`]).
+pub fn parse_all_inputs(text: &str, path: &Path) -> Result<Vec<Input>, Error> {
     let parse_error = |e: serde_json::Error| Error::Parse {
         path: path.to_path_buf(),
         line: e.line(),
@@ -988,12 +1038,21 @@ pub fn parse_all_results(text: &str, path: &Path) -> Result<Vec<Results>, Error>
                 p.policy, p.results.policy
             )));
         }
-        return Ok(report.policies.into_iter().map(|p| p.results).collect());
+        let (mut runs, mut lag_series) = (Some(report.runs), Some(report.lag_series));
+        return Ok(report
+            .policies
+            .into_iter()
+            .map(|p| Input {
+                results: p.results,
+                runs: Some(runs.take().unwrap_or_default()),
+                lag_series: lag_series.take(),
+            })
+            .collect());
     }
-    Ok(vec![serde_json::from_str(text).map_err(parse_error)?])
+    Ok(vec![Input::from(serde_json::from_str::<Results>(text).map_err(parse_error)?)])
 }
 
 /// The policy whose section a report puts first, and diffs against a baseline: `rules` when `results` hold it.
-pub fn first_policy(results: &[Results]) -> Option<&str> {
-    results.iter().map(|r| policy_rank(&r.policy)).min().map(|(_, policy)| policy)
+pub fn first_policy<'a>(results: impl IntoIterator<Item = &'a Results>) -> Option<&'a str> {
+    results.into_iter().map(|r| policy_rank(&r.policy)).min().map(|(_, policy)| policy)
 }

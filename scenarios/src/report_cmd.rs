@@ -38,14 +38,14 @@ pub struct ReportArgs {
 
 /// One result and where it came from.
 struct Input<'a> {
-    results: Results,
+    results: reports::report::Input,
     path: &'a Path,
     /// The position of its file among the inputs given.
     file: usize,
 }
 
 /// The results of the inputs, in report order. Errors name the file (exit 2).
-pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
+pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String> {
     let mut plain = Vec::new();
     // (case index, file order): shards of one suite fall into suite order; cases of different suites that share an
     // index both stay.
@@ -67,7 +67,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
             .map_err(|e| format!("{}: not a flowsim results file: {e}", path.display()))?;
         if value.get("check_format").is_none() {
             // A report.json holds a section per policy: each is counted.
-            let all = reports::report::parse_all_results(&text, path).map_err(|e| e.to_string())?;
+            let all = reports::report::parse_all_inputs(&text, path).map_err(|e| e.to_string())?;
             plain.extend(all.into_iter().map(|results| Input { results, path, file: order }));
             continue;
         }
@@ -85,7 +85,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
         for case in file.cases.into_iter().filter(|c| c.expect != expect_name(Expect::CanaryFails)) {
             // A case whose simulation panicked has no results to count (its failure is in the check's verdicts).
             if let Some(results) = case.results {
-                cases.push((case.index, order, Input { results, path, file: order }));
+                cases.push((case.index, order, Input { results: results.into(), path, file: order }));
             }
         }
         if cases.len() == before {
@@ -104,7 +104,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
         ));
     }
     for input in &plain {
-        reports::report::check_counts(&input.results).map_err(|e| format!("{}: {e}", input.path.display()))?;
+        reports::report::check_counts(&input.results.results).map_err(|e| format!("{}: {e}", input.path.display()))?;
     }
     refuse_twice_counted(&plain)?;
     suites.dedup_by(|a, b| a.0 == b.0);
@@ -121,14 +121,14 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<Results>, String> {
 fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
     let mut seen: BTreeMap<&str, Vec<(Option<&str>, &Input<'_>)>> = BTreeMap::new();
     for input in inputs {
-        let r = &input.results;
+        let r = &input.results.results;
         for (hash, ledger) in r.hashes_with_ledgers() {
             let earlier = seen.entry(hash).or_default();
             let same_ledger = earlier.iter().find(|(l, _)| ledger.is_some() && *l == ledger);
             let clash = same_ledger.or_else(|| earlier.get(LEDGERS.len() - 1));
             if let Some((_, first)) = clash {
                 // Named by whichever side is a single run: a merge's seed is only its first run's.
-                let single = [r, &first.results].into_iter().find(|r| r.merged_runs <= 1);
+                let single = [r, &first.results.results].into_iter().find(|r| r.merged_runs <= 1);
                 let which = single.map_or_else(
                     || "a simulation".to_owned(),
                     |r| format!("the simulation of {} seed {}", r.scenario, r.seed),
@@ -186,25 +186,31 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
     let inputs: Vec<&Path> = args.inputs.iter().chain(&args.baseline).map(PathBuf::as_path).collect();
     // Only the names are compared here (the directory may not exist yet): an input inside --out would be replaced.
     crate::output::refuse_inputs(outputs.iter().map(PathBuf::as_path), &inputs)?;
-    let results = collect(&args.inputs)?;
-    fn scenarios(all: &[Results]) -> Vec<&str> {
-        reports::report::scenario_names(all.iter().map(|r| r.scenario.as_str()))
+    let inputs = collect(&args.inputs)?;
+    /// The scenarios of `policy`'s runs, each once: a report.json's sections name theirs through its run list.
+    fn scenarios<'a>(inputs: &'a [reports::report::Input], policy: &str) -> Vec<&'a str> {
+        let names = inputs.iter().flat_map(|input| match &input.runs {
+            Some(runs) => runs.iter().filter(|r| r.policy == policy).map(|r| r.scenario.as_str()).collect(),
+            None => Vec::from_iter((input.results.policy == policy).then_some(input.results.scenario.as_str())),
+        });
+        reports::report::scenario_names(names)
     }
     let baseline = match &args.baseline {
         None => None,
         Some(path) => {
             let all = collect(std::slice::from_ref(path)).map_err(|e| format!("baseline: {e}"))?;
             // The report diffs its first policy's section against the baseline's results of that policy.
-            let policy = reports::report::first_policy(&results).ok_or("the inputs hold no results to report on")?;
-            let all: Vec<Results> = all.into_iter().filter(|r| r.policy == policy).collect();
+            let policy = reports::report::first_policy(inputs.iter().map(|i| &i.results))
+                .ok_or("the inputs hold no results to report on")?;
+            let (old, new) = (scenarios(&all, policy), scenarios(&inputs, policy));
+            let all: Vec<&Results> = all.iter().map(|i| &i.results).filter(|r| r.policy == policy).collect();
             if all.is_empty() {
                 return Err(format!(
                     "baseline: {} holds no results of the {policy} policy, which the diff compares",
                     path.display()
                 ));
             }
-            // Said when both sides name their scenarios (a merge, such as a report.json, does not).
-            let (old, new) = (scenarios(&all), scenarios(&results));
+            // Said when both sides name their scenarios (a merge, such as a sweep's bound, does not).
             if old != new && !old.iter().chain(&new).any(|s| *s == MIXED) {
                 outln!(
                     "flowsim report: note: the baseline covers {}, these results {}: the diff compares different \
@@ -213,15 +219,15 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
                     new.join(", ")
                 );
             }
-            Results::merge_all(&all)
+            Results::merge_all(all)
         }
     };
-    let report = reports::build_report(&results, baseline.as_ref()).map_err(|e| e.to_string())?;
+    let report = reports::report::build_report_from(&inputs, baseline.as_ref()).map_err(|e| e.to_string())?;
     reports::report::write_built(&report, &args.out).map_err(|e| e.to_string())?;
     outln!(
         "flowsim report: {} result{} written to {}",
-        results.len(),
-        if results.len() == 1 { "" } else { "s" },
+        report.runs.len(),
+        if report.runs.len() == 1 { "" } else { "s" },
         args.out.display()
     );
     let wrong = what_is_wrong(&report);
@@ -243,13 +249,14 @@ mod tests {
             scenario: "mixed".into(),
             ..Default::default()
         };
-        Input { results, path, file }
+        Input { results: results.into(), path, file }
     }
 
     /// The merge of `parts` (ledger, hash), as `report` would read it from a report.json.
     fn merged<'a>(file: usize, path: &'a Path, parts: &[(&str, &str)]) -> Input<'a> {
-        let all: Vec<Results> = parts.iter().map(|(ledger, hash)| input(file, path, ledger, hash).results).collect();
-        Input { results: Results::merge_all(&all).expect("parts"), path, file }
+        let all: Vec<Results> =
+            parts.iter().map(|(ledger, hash)| input(file, path, ledger, hash).results.results).collect();
+        Input { results: Results::merge_all(&all).expect("parts").into(), path, file }
     }
 
     #[test]
@@ -270,13 +277,13 @@ mod tests {
         // A merge of both ledgers says which hash is which: the memory run of seed 1 beside a merge of it and a SQLite
         // run of seed 2 is refused (a merge that did not say, above, lets it through), the SQLite one is not.
         let mixed = merged(0, other, &[("memory", "h"), ("sqlite", "h2")]);
-        assert_eq!(mixed.results.ledger, MIXED);
-        assert_eq!(mixed.results.trace_ledgers.as_deref(), Some("memory,sqlite"));
+        assert_eq!(mixed.results.results.ledger, MIXED);
+        assert_eq!(mixed.results.results.trace_ledgers.as_deref(), Some("memory,sqlite"));
         assert!(!ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, m1, "memory", "h")]));
         assert!(ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, s1, "sqlite", "h")]));
         assert!(!ok(&[merged(0, both, &[("memory", "h"), ("sqlite", "h")]), input(1, s1, "sqlite", "h")]));
         // One ledger's merge names no ledgers: its `ledger` says it.
-        assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).results.trace_ledgers, None);
+        assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).results.results.trace_ledgers, None);
     }
 
     /// A clash inside a merge is named by the single run's seed, not by the merge's (its first run's).
@@ -284,15 +291,15 @@ mod tests {
     fn a_clash_is_named_by_the_single_run_s_seed() {
         let (single, merge) = (Path::new("s2.json"), Path::new("a/report.json"));
         let mut run = input(0, single, "sqlite", "h2");
-        run.results.seed = 2;
+        run.results.results.seed = 2;
         let mut parts: Vec<Results> = [("memory", "h1"), ("sqlite", "h2")]
             .iter()
-            .map(|(ledger, hash)| input(1, merge, ledger, hash).results)
+            .map(|(ledger, hash)| input(1, merge, ledger, hash).results.results)
             .collect();
         parts[0].seed = 1;
         parts[1].seed = 2;
-        let both = Input { results: Results::merge_all(&parts).expect("parts"), path: merge, file: 1 };
-        assert_eq!(both.results.seed, 1);
+        let both = Input { results: Results::merge_all(&parts).expect("parts").into(), path: merge, file: 1 };
+        assert_eq!(both.results.results.seed, 1);
         let error = refuse_twice_counted(&[run, both]).expect_err("counted twice");
         assert!(error.contains("the simulation of mixed seed 2 (sqlite ledger, trace hash h2)"), "{error}");
     }
@@ -312,12 +319,58 @@ mod tests {
         let path = dir.path().join("report.json");
         std::fs::write(&path, reports::report::render_json(&report)).expect("write");
         let all = collect(std::slice::from_ref(&path)).expect("read");
-        let policies: Vec<&str> = all.iter().map(|r| r.policy.as_str()).collect();
+        let policies: Vec<&str> = all.iter().map(|r| r.results.policy.as_str()).collect();
         assert_eq!(policies, ["rules", "naive"]);
         // Beside one of its inputs, the naive run is refused as counted twice.
         let naive = dir.path().join("naive.json");
         std::fs::write(&naive, serde_json::to_string(&results("naive", "n1")).expect("json")).expect("write");
         let error = collect(&[path, naive]).expect_err("counted twice");
         assert!(error.contains("trace hash n1"), "{error}");
+    }
+
+    /// A report.json fed back in keeps what its sections' merged results forget: the runs it listed (so the report
+    /// names their scenarios) and its residual duplicates against lag bounds that differed between runs.
+    #[test]
+    fn a_report_json_fed_back_keeps_its_runs_and_lag_series() {
+        use sim::results::ActionStats;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let run = |scenario: &str, seed: u64, bound: u64, duplicates: u64| {
+            let action = ActionStats {
+                class: "lookup-before-create".into(),
+                steps: 1_000,
+                duplicates,
+                lag_bound_ms: Some(bound),
+                ..Default::default()
+            };
+            Results {
+                scenario: scenario.into(),
+                seed,
+                policy: "rules".into(),
+                ledger: "memory".into(),
+                trace_hash: format!("h{seed}"),
+                steps: 1_000,
+                actions: [("contacts.create".to_owned(), action)].into(),
+                duplicates: sim::results::Duplicates { total: duplicates, ..Default::default() },
+                ..Default::default()
+            }
+        };
+        let (a, b, c) = (run("lag-a", 1, 5_000, 3), run("lag-b", 2, 60_000, 1), run("lag-b", 3, 60_000, 0));
+        let first = reports::build_report(&[a.clone(), b.clone()], None).expect("built");
+        assert_eq!(first.lag_series.len(), 1, "two bounds make a series");
+        let path = dir.path().join("report.json");
+        std::fs::write(&path, reports::report::render_json(&first)).expect("write");
+        // Alone, it reports what it reported.
+        let again = reports::report::build_report_from(&collect(std::slice::from_ref(&path)).expect("read"), None)
+            .expect("built");
+        assert_eq!(again.lag_series, first.lag_series);
+        assert_eq!(again.runs, first.runs);
+        assert!(reports::report::render_markdown(&again).contains("Scenarios: lag-a, lag-b"));
+        // Beside a further run, its points add to the series as the runs' own would.
+        let later = dir.path().join("c.json");
+        std::fs::write(&later, serde_json::to_string(&c).expect("json")).expect("write");
+        let fed = reports::report::build_report_from(&collect(&[path, later]).expect("read"), None).expect("built");
+        let direct = reports::build_report(&[a, b, c], None).expect("built");
+        assert_eq!(fed.lag_series, direct.lag_series);
+        assert_eq!(fed.runs, direct.runs);
     }
 }
