@@ -284,3 +284,26 @@ fn record_resolution_refuses_a_blank_name() {
         assert_untouched(&ledger, "r1", by);
     }
 }
+
+/// A decision that waits out the lock of a live writer (another connection in `BEGIN IMMEDIATE`) fails as a storage
+/// error (exit 1) that names the ledger file, says another connection holds it and to try again; it used to print
+/// SQLite's "database is locked" alone. Nothing is recorded, and once the writer is done the decision goes through.
+#[test]
+fn a_decision_blocked_by_a_live_writer_names_the_file_and_says_to_try_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_with_paused_runs(&path, &["r1"]));
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE; UPDATE runs SET updated_ms = updated_ms WHERE run_id = 'r1';").unwrap();
+    let decision = ["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"];
+    let (code, stdout, stderr) = flow(&decision);
+    writer.execute_batch("ROLLBACK").unwrap();
+    drop(writer);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains(file) && stderr.contains("locked by another connection"), "{stderr}");
+    assert!(stderr.contains("try again"), "{stderr}");
+    assert_untouched(&SqliteLedger::open(&path, Options::default()).unwrap(), "r1", "after the blocked decision");
+    let (code, stdout, stderr) = flow(&decision);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+}

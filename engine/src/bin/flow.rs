@@ -7,10 +7,10 @@
 //!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
-//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error: the
-//! ledger locked by another connection, a hot `-journal` a writer left, a file `resolve` may not write); 2 bad usage
-//! or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does not hold,
-//! `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
+//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error, named
+//! with the file: the ledger locked by another connection, a hot `-journal` a writer left, a file `resolve` may not
+//! write); 2 bad usage or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does
+//! not hold, `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
 //!
 //! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
 //! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
@@ -222,20 +222,20 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Paused { ledger } => {
-            let ledger = match open_read_only(&ledger) {
+        Command::Paused { ledger: path } => {
+            let ledger = match open_read_only(&path) {
                 Ok(l) => l,
                 Err(refusal) => return refusal.fail(),
             };
             let ids = match ledger.paused_runs() {
                 Ok(ids) => ids,
-                Err(e) => return fail(1, &e.to_string()),
+                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
             };
             for id in ids {
                 match ledger.get_run(&id) {
                     Ok(Some(run)) => println!("{}\t{}\t{}", run.run_id, run.workflow, run.reason.unwrap_or_default()),
                     Ok(None) => {}
-                    Err(e) => return fail(1, &e.to_string()),
+                    Err(e) => return fail(1, &format!("{}: {e}", path.display())),
                 }
             }
             ExitCode::SUCCESS
@@ -271,7 +271,7 @@ fn main() -> ExitCode {
                 Err(refusal) => return refusal.fail(),
                 Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
-                Ok(Err(e)) => return fail(1, &e.to_string()),
+                Ok(Err(e)) => return fail(1, &format!("{}: {e}", path.display())),
                 Ok(Ok(_)) => {}
             }
             // SQLite opens a file (or its -wal, -shm) this user may only read read-only and fails only at the write,
@@ -290,7 +290,8 @@ fn main() -> ExitCode {
                 }
                 // A run id the ledger does not hold is bad input (a typo, another ledger's run): nothing was written.
                 Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
-                Err(e) => fail(1, &e.to_string()),
+                // A write that waited out another connection's lock says so (the ledger's message), named here.
+                Err(e) => fail(1, &format!("{}: {e}", path.display())),
             }
         }
     }

@@ -404,8 +404,18 @@ enum Commit {
 fn storage(e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => Error::Corrupt { detail: e.to_string() },
+        // SQLite's own words ("database is locked") do not say that the lock is another process's, nor that it passes.
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Storage(locked(&e)),
         _ => Error::Storage(e.to_string()),
     }
+}
+
+/// Why a statement waited out the busy timeout and gave up: another connection holds the lock.
+fn locked(e: &rusqlite::Error) -> String {
+    format!(
+        "the ledger is locked by another connection (another process is writing it, or a worker holds it \
+         exclusively); try again when it is free: {e}"
+    )
 }
 
 fn corrupt(detail: impl Into<String>) -> Error {
