@@ -204,8 +204,9 @@ fn policy_rank(policy: &str) -> (u8, &str) {
     }
 }
 
-/// Duplicates and steps by guarantee class. A class's steps are those of its actions; a class in the duplicate
-/// counts without any action of its own (e.g. `canary`) is measured against all steps.
+/// Duplicates and steps by guarantee class. A class's steps are those of its actions (none when its actions never
+/// ran: the row then says "no steps" rather than claiming the evidence of steps taken elsewhere); a class in the
+/// duplicate counts without any action of its own (e.g. `canary`) is measured against all steps.
 fn class_rows(results: &Results) -> Vec<ClassRow> {
     let mut steps_by_class: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for stats in results.actions.values() {
@@ -223,9 +224,8 @@ fn class_rows(results: &Results) -> Vec<ClassRow> {
     classes
         .into_iter()
         .map(|class| {
-            let (steps, action_duplicates) = steps_by_class.get(class).copied().unwrap_or((0, 0));
+            let (trials, action_duplicates) = steps_by_class.get(class).copied().unwrap_or((results.steps, 0));
             let duplicates = results.duplicates.by_class.get(class).copied().unwrap_or(action_duplicates);
-            let trials = if steps == 0 { results.steps } else { steps };
             ClassRow { class: class.to_string(), duplicate_count: duplicates, duplicates: rate(duplicates, trials) }
         })
         .collect()
@@ -628,7 +628,11 @@ pub fn blocks(report: &Report) -> Vec<Block> {
                 name: p.policy.clone(),
                 bars: classes
                     .iter()
-                    .map(|class| p.by_class.iter().find(|c| &c.class == class).map(|c| rate_bar(&c.duplicates)))
+                    .map(|class| {
+                        // A class with no steps has no rate to draw (its interval is all of 0..1).
+                        let row = p.by_class.iter().find(|c| &c.class == class && c.duplicates.trials > 0);
+                        row.map(|c| rate_bar(&c.duplicates))
+                    })
                     .collect(),
             })
             .collect(),

@@ -238,3 +238,29 @@ fn a_section_holding_another_policy_s_results_is_refused() {
         "{error}"
     );
 }
+
+/// A class whose actions never ran has no steps: its row says so, and it is not measured against the steps other
+/// classes took (a payout-only run once reported "keyed: 2,000 steps, 0 duplicates" and an upper bound from them).
+#[test]
+fn a_class_whose_actions_never_ran_has_no_steps() {
+    let payouts_only = common::results(
+        "payouts",
+        1,
+        "rules",
+        &[
+            ("stripe.create_charge", "keyed", &["idempotency key"], 0, 0, None),
+            ("bank.payout", "at-most-once", &["pause on indeterminate outcome"], 2_000, 0, None),
+        ],
+        &[],
+    );
+    let report = build_report(&[payouts_only], None).unwrap();
+    let keyed = report.policies[0].by_class.iter().find(|c| c.class == "keyed").expect("a keyed row");
+    assert_eq!((keyed.duplicates.trials, keyed.duplicate_count), (0, 0));
+    let payout = report.policies[0].by_class.iter().find(|c| c.class == "at-most-once").expect("a payout row");
+    assert_eq!(payout.duplicates.trials, 2_000);
+    let md = render_markdown(&report);
+    assert!(md.contains("| rules | keyed | 0 | 0 | no steps | — |"), "{md}");
+    // The chart draws no bar (an interval of all of 0..1) for it.
+    let html = render_html(&report);
+    assert!(!html.contains("≤ 1,000,000") && !html.contains("≤ 1000000"), "{html}");
+}
