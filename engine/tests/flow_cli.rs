@@ -307,3 +307,36 @@ fn a_decision_blocked_by_a_live_writer_names_the_file_and_says_to_try_again() {
     let (code, stdout, stderr) = flow(&decision);
     assert_eq!(code, 0, "{stdout}{stderr}");
 }
+
+/// The one reading of a SQLite failure on an existing ledger file that `flow` and the ledger's opens share
+/// ([`open_failure`]): a permission error is a storage error (`flow` used to call it "not a Flow ledger", exit 2,
+/// while the ledger called it a storage error), as are a lock, a hot journal and a directory SQLite may not create
+/// its journal in; a file SQLite cannot read as a database is no ledger; anything else is left to the caller.
+#[test]
+fn one_reading_of_a_sqlite_failure_serves_flow_and_the_ledger() {
+    use engine::ledger::sqlite::{OpenFailure, open_failure};
+    use rusqlite::ffi;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    drop(ledger_with_paused_runs(&path, &["r1"]));
+    let failure = |code| open_failure(&path, &rusqlite::Error::SqliteFailure(ffi::Error::new(code), None));
+    for code in [
+        ffi::SQLITE_PERM,
+        ffi::SQLITE_READONLY,
+        ffi::SQLITE_BUSY,
+        ffi::SQLITE_LOCKED,
+        ffi::SQLITE_READONLY_ROLLBACK,
+        ffi::SQLITE_READONLY_DIRECTORY,
+    ] {
+        assert!(matches!(failure(code), OpenFailure::Storage(_)), "{code}: {:?}", failure(code));
+    }
+    let OpenFailure::Storage(why) = failure(ffi::SQLITE_READONLY_DIRECTORY) else { unreachable!() };
+    assert!(why.contains(dir.path().to_str().unwrap()) && why.contains("may not create files"), "{why}");
+    let OpenFailure::Storage(why) = failure(ffi::SQLITE_BUSY) else { unreachable!() };
+    assert!(why.contains("locked by another connection") && why.contains("try again"), "{why}");
+    // SQLite could not open a file this user may read: not a permission problem.
+    for code in [ffi::SQLITE_NOTADB, ffi::SQLITE_CORRUPT, ffi::SQLITE_IOERR, ffi::SQLITE_CANTOPEN] {
+        assert!(matches!(failure(code), OpenFailure::NotALedger(_)), "{code}: {:?}", failure(code));
+    }
+    assert!(matches!(failure(ffi::SQLITE_FULL), OpenFailure::Other(_)), "{:?}", failure(ffi::SQLITE_FULL));
+}

@@ -234,7 +234,8 @@ fn an_exclusive_worker_s_log_is_read_without_a_shm_made() {
 
 /// (d) A ledger file this user may only read, in a directory they may write: reading a cleanly closed one used to
 /// leave a `-wal` and a `-shm` behind, owned by this user, after which the file's owner could no longer write it.
-/// A dead worker's log is read and left; one without a `-shm` cannot be read without making one, and is refused.
+/// A dead worker's log is read and left; one without a `-shm` cannot be read without making one, and is refused as
+/// a storage error (exit 1) naming the file: a permission of the file's, not bad input (it used to exit 2).
 #[test]
 fn a_ledger_this_user_may_only_read_is_read_without_a_file_left() {
     let root = tempfile::tempdir().unwrap();
@@ -265,8 +266,9 @@ fn a_ledger_this_user_may_only_read_is_read_without_a_file_left() {
     let (dir, path) = ledger_in("dead-exclusive-worker", Some(true));
     let before = snapshot(&dir);
     let (code, stdout, stderr) = flow(As::Restricted, &["paused", "--ledger", path.to_str().unwrap()]);
-    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(stderr.contains("no -shm index") && stderr.contains("needs write access to the file"), "{stderr}");
+    assert!(stderr.contains(path.to_str().unwrap()) && !stderr.contains("not a Flow ledger"), "{stderr}");
     assert_eq!(snapshot(&dir), before, "a refused listing changed the directory");
 }
 
@@ -473,6 +475,25 @@ fn resolve_by_a_user_who_may_not_write_the_ledger_is_refused_and_leaves_it() {
 
 /// Set (to the ledger's path) in the child [`a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it`] runs.
 const WORKER_ENV: &str = "FLOW_TEST_WORKER_LEDGER";
+/// Set as well when the child is to open the ledger to read only ([`SqliteLedger::open_read_only`]).
+const READER_ENV: &str = "FLOW_TEST_READER";
+
+/// What the ledger API says, run as `who` (this test binary run again as the child of
+/// [`a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it`]), opening the ledger at `path` to write, as a
+/// worker does, then writing it ("wrote"), or to read only (`read_only`), then reading it ("read"); or "refused: "
+/// and why.
+fn ledger_api(who: As, path: &Path, read_only: bool) -> String {
+    let test = "a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it";
+    let exe = std::env::current_exe().unwrap();
+    let mut command = Command::new(&exe);
+    command.args([test, "--exact", "--nocapture"]).env(WORKER_ENV, path);
+    if read_only {
+        command.env(READER_ENV, "1");
+    }
+    let (code, stdout, stderr) = run(who, &mut command);
+    assert_eq!(code, 0, "{}: {stdout}{stderr}", path.display());
+    stdout.lines().find_map(|line| line.strip_prefix("worker: ")).map(str::to_string).unwrap_or_default()
+}
 
 /// The same for a worker ([`SqliteLedger::open`]), which is this test binary run again as [`As::Restricted`]: its
 /// open is refused, naming the file, and the directory is left as it was, so the owner's worker still writes it.
@@ -480,6 +501,16 @@ const WORKER_ENV: &str = "FLOW_TEST_WORKER_LEDGER";
 fn a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it() {
     if let Ok(path) = std::env::var(WORKER_ENV) {
         // The child: what it reports is checked by the parent.
+        if std::env::var_os(READER_ENV).is_some() {
+            match SqliteLedger::open_read_only(Path::new(&path), Options::default()) {
+                Err(e) => println!("worker: refused: {e}"),
+                Ok(ledger) => match ledger.get_run("r1") {
+                    Ok(_) => println!("worker: read"),
+                    Err(e) => println!("worker: opened, the read failed: {e}"),
+                },
+            }
+            return;
+        }
         match SqliteLedger::open(Path::new(&path), Options::default()) {
             Err(e) => println!("worker: refused: {e}"),
             Ok(ledger) => match ledger.set_run_status("r1", RunStatus::Running, None, 3) {
@@ -494,22 +525,81 @@ fn a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it() {
     if !restricted_can_reach(root.path()) {
         return;
     }
-    let test = "a_worker_that_may_not_write_the_ledger_is_refused_and_leaves_it";
-    let exe = std::env::current_exe().unwrap();
     for (dir, unwritable) in ledgers_with_a_file_not_everyone_may_write(root.path()) {
         let path = dir.join("flow.db");
-        let worker = |who: As| {
-            let (code, stdout, stderr) =
-                run(who, Command::new(&exe).args([test, "--exact", "--nocapture"]).env(WORKER_ENV, &path));
-            assert_eq!(code, 0, "{unwritable}: {stdout}{stderr}");
-            stdout.lines().find_map(|line| line.strip_prefix("worker: ")).map(str::to_string).unwrap_or_default()
-        };
         let before = snapshot(&dir);
-        let said = worker(As::Restricted);
+        let said = ledger_api(As::Restricted, &path, false);
         assert!(said.starts_with("refused: "), "{unwritable}: {said}");
         assert!(said.contains(&format!("{}: cannot open it to write", dir.join(unwritable).display())), "{said}");
         assert_eq!(snapshot(&dir), before, "{unwritable}: a refused worker changed the directory");
         back_to_the_owner(&dir);
-        assert_eq!(worker(As::Owner), "wrote", "{unwritable}: the owner's worker");
+        assert_eq!(ledger_api(As::Owner, &path, false), "wrote", "{unwritable}: the owner's worker");
+    }
+}
+
+/// A ledger with one thing this user may not read: the file itself, a dead worker's `-wal` or `-shm`, an exclusive
+/// worker's `-wal` (no `-shm`), or the directory that holds them (not searchable). The name of the thing, and its
+/// mode, which [`As::Restricted`] may not read (0 when this is not root: the restricted user is this one).
+fn ledgers_with_a_file_this_user_may_not_read(root: &Path) -> Vec<(PathBuf, PathBuf, u32)> {
+    let mut ledgers = Vec::new();
+    for (name, worker, unreadable) in [
+        ("file", None, Some("flow.db")),
+        ("wal", Some(false), Some("flow.db-wal")),
+        ("shm", Some(false), Some("flow.db-shm")),
+        ("lone-wal", Some(true), Some("flow.db-wal")),
+        ("dir", None, None),
+    ] {
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("flow.db");
+        ledger_with_a_paused_run(&path);
+        if let Some(exclusive) = worker {
+            worker_dies_after_renaming_the_workflow(&path, exclusive);
+        }
+        age(&dir);
+        let unreadable = unreadable.map_or(dir.clone(), |name| dir.join(name));
+        let mode = std::fs::metadata(&unreadable).unwrap().mode() & 0o7777;
+        ledgers.push((path, unreadable, mode));
+    }
+    ledgers
+}
+
+/// A ledger this user may not read (the file, its `-wal` or `-shm`, or its directory) is a storage error (exit 1)
+/// naming what may not be read and why, not bad input: `flow` used to say "not a Flow ledger" ("SQLite cannot open
+/// it to read", or "no ledger at" for a directory it may not search) and exit 2. The ledger API says the same: a
+/// storage error naming the file, where its `open_read_only` used to call the ledger corrupt; `flow` and the ledger
+/// read a SQLite failure one way ([`engine::ledger::sqlite::open_failure`]). Nothing is changed on disk.
+#[test]
+fn a_ledger_this_user_may_not_read_is_a_storage_error_naming_what_it_may_not_read() {
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    for (path, unreadable, mode) in ledgers_with_a_file_this_user_may_not_read(root.path()) {
+        let (file, what) = (path.to_str().unwrap(), unreadable.to_str().unwrap());
+        let dir = path.parent().unwrap();
+        let before = snapshot(dir);
+        let restricted = if unreadable == dir { 0o700 } else { 0o600 };
+        set_mode(&unreadable, if running_as_root() { restricted } else { 0 });
+        let mut said = Vec::new();
+        for args in
+            [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "a"]]
+        {
+            said.push(flow(As::Restricted, args));
+        }
+        let reader = ledger_api(As::Restricted, &path, true);
+        set_mode(&unreadable, mode);
+        for (code, stdout, stderr) in said {
+            assert_eq!(code, 1, "{what}: {stdout}{stderr}");
+            assert!(stderr.contains(file) && stderr.contains(what), "{what}: {stderr}");
+            assert!(stderr.contains("Permission denied"), "{what}: {stderr}");
+            assert!(!stderr.contains("not a Flow ledger") && !stderr.contains("no ledger at"), "{what}: {stderr}");
+        }
+        assert!(reader.starts_with("refused: ledger storage error: "), "{what}: {reader}");
+        assert!(reader.contains(what) && reader.contains("Permission denied"), "{what}: {reader}");
+        assert_eq!(snapshot(dir), before, "{what}: a refused read changed the directory");
+        // The ledger is sound: only the permission stood in the way.
+        assert_eq!(ledger_api(As::Me, &path, true), "read", "{what}");
     }
 }

@@ -7,10 +7,12 @@
 //!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
-//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused, a storage error, named
-//! with the file: the ledger locked by another connection, a hot `-journal` a writer left, a file `resolve` may not
-//! write); 2 bad usage or bad input, with a message naming it (a file that is not a ledger, a run id the ledger does
-//! not hold, `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was.
+//! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
+//! with a message naming the file: the ledger locked by another connection, a hot `-journal` a writer left, a file,
+//! `-wal` or `-shm` this user may not read (or, for `resolve`, write); 2 bad usage or bad input, with a message
+//! naming it (a file that is not a ledger, a run id the ledger does not hold, `--mark-done` that is not valid JSON, a
+//! blank `--by`), and the ledger left as it was. Both kinds of SQLite failure are told apart as the ledger's own opens
+//! tell them ([`engine::ledger::sqlite::open_failure`]).
 //!
 //! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
 //! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
@@ -23,7 +25,7 @@
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
-use engine::ledger::sqlite::{MIGRATIONS, Options, SCHEMA_VERSION, SqliteLedger};
+use engine::ledger::sqlite::{MIGRATIONS, OpenFailure, Options, SCHEMA_VERSION, SqliteLedger, open_failure};
 use engine::ledger::{Error as LedgerError, Ledger, Resolution};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,7 +78,7 @@ enum Refusal {
     /// It is not a Flow ledger of this build's schema (or no file at all): bad input, exit 2.
     NotALedger(String),
     /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
-    /// this user may not write it): a storage error, exit 1.
+    /// this user may not read or write it, or create SQLite's files beside it): a storage error, exit 1.
     Storage(String),
 }
 
@@ -92,10 +94,13 @@ impl Refusal {
 /// Opens the ledger at `path` for reading only ([`SqliteLedger::open_read_only`]): the file is not changed, whatever
 /// follows.
 fn open_read_only(path: &Path) -> Result<SqliteLedger, Refusal> {
-    if !path.exists() {
-        return Err(Refusal::NotALedger(format!("no ledger at {}", path.display())));
+    match path.try_exists() {
+        Ok(true) => check_is_ledger(path),
+        Ok(false) => return Err(Refusal::NotALedger(format!("no ledger at {}", path.display()))),
+        // A directory on the way that this user may not search: whether there is a ledger is not known.
+        Err(e) => Err(io_refusal(e, "cannot look it up")),
     }
-    check_is_ledger(path).map_err(|refusal| match refusal {
+    .map_err(|refusal| match refusal {
         Refusal::NotALedger(reason) => Refusal::NotALedger(format!("{}: not a Flow ledger: {reason}", path.display())),
         Refusal::Storage(reason) => Refusal::Storage(format!("{}: {reason}", path.display())),
     })?;
@@ -132,27 +137,24 @@ fn tables(conn: &rusqlite::Connection) -> rusqlite::Result<BTreeMap<String, Vec<
     Ok(out)
 }
 
-/// Why SQLite could not open or read a file that starts like a SQLite database. A lock another connection holds and
-/// a hot `-journal` are conditions of a ledger's storage that pass, not signs that the file is no ledger (a storage
-/// error); `doing` says what failed otherwise.
-fn sqlite_refusal(e: rusqlite::Error, doing: &str) -> Refusal {
-    match e.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => Refusal::Storage(format!(
-            "the ledger is locked by another connection (a worker holding it exclusively?); try again when it is \
-             free: {e}"
-        )),
-        _ if e.sqlite_error().is_some_and(|f| f.extended_code == rusqlite::ffi::SQLITE_READONLY_ROLLBACK) => {
-            Refusal::Storage(format!(
-                "a writer stopped in the middle of a transaction, and reading it means rolling its -journal back \
-                 into the file, which flow does not do (a worker opening the ledger does): {e}"
-            ))
-        }
-        Some(
-            rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied | rusqlite::ErrorCode::CannotOpen,
-        ) => Refusal::NotALedger(format!(
-            "SQLite cannot open it to read (check the permissions of the file and its directory): {e}"
-        )),
-        _ => Refusal::NotALedger(format!("{doing}: {e}")),
+/// Why SQLite could not open or read the file `path`, which starts like a SQLite database, as the ledger reads such a
+/// failure ([`open_failure`]): a lock another connection holds, a hot `-journal`, a file, `-wal` or `-shm` this user
+/// may not read are conditions of a ledger's storage, not signs that the file is no ledger (a storage error); what
+/// SQLite cannot read as a database, or fails at otherwise, is refused as no ledger, `doing` saying what failed.
+fn sqlite_refusal(path: &Path, e: &rusqlite::Error, doing: &str) -> Refusal {
+    match open_failure(path, e) {
+        OpenFailure::Storage(why) => Refusal::Storage(why),
+        OpenFailure::NotALedger(why) | OpenFailure::Other(why) => Refusal::NotALedger(format!("{doing}: {why}")),
+    }
+}
+
+/// Why `flow` could not look up or read the ledger file itself: this user may not (a storage error: the file may well
+/// be a ledger), or something else is wrong with it. The message does not name the file.
+fn io_refusal(e: std::io::Error, doing: &str) -> Refusal {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        Refusal::Storage(format!("{doing}: {e} (check the permissions of the file and the directories on its path)"))
+    } else {
+        Refusal::NotALedger(format!("{doing}: {e}"))
     }
 }
 
@@ -163,10 +165,7 @@ fn sqlite_refusal(e: rusqlite::Error, doing: &str) -> Refusal {
 fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     use std::io::Read;
     let not_a_ledger = |reason: String| Err(Refusal::NotALedger(reason));
-    let metadata = match std::fs::metadata(path) {
-        Ok(metadata) => metadata,
-        Err(e) => return not_a_ledger(format!("cannot read it: {e}")),
-    };
+    let metadata = std::fs::metadata(path).map_err(|e| io_refusal(e, "cannot read it"))?;
     if metadata.is_dir() {
         return not_a_ledger("it is a directory".to_string());
     }
@@ -180,11 +179,11 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
             return not_a_ledger("not a SQLite database".to_string());
         }
-        Err(e) => return not_a_ledger(format!("cannot read it: {e}")),
+        Err(e) => return Err(io_refusal(e, "cannot read it")),
     }
     // A connection that cannot change the file, even if it turns out not to be a ledger.
-    let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| sqlite_refusal(e, "cannot open it"))?;
-    let cannot_read = |e| sqlite_refusal(e, "SQLite cannot read it");
+    let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| sqlite_refusal(path, &e, "cannot open it"))?;
+    let cannot_read = |e| sqlite_refusal(path, &e, "SQLite cannot read it");
     let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
     let found = tables(&conn).map_err(cannot_read)?;
     if version < 1 || !found.contains_key("runs") {

@@ -422,15 +422,110 @@ fn corrupt(detail: impl Into<String>) -> Error {
     Error::Corrupt { detail: detail.into() }
 }
 
-/// A failure of the first reads of the existing file `path`: a file SQLite cannot read as a database, or cannot read
-/// at all, is refused as corrupt (with SQLite's reason); a lock another connection holds is not corruption, nor is a
-/// hot `-journal` that a read-only connection may not roll back.
-fn read_error(path: &Path, e: rusqlite::Error) -> Error {
+/// What a failure of SQLite to open, or first read, an existing file says about the file: the one reading that the
+/// ledger's opens ([`SqliteLedger::open`], [`SqliteLedger::open_read_only`]) and the `flow` command line share, so
+/// that a worker and `flow` call one condition by one name. The messages do not name the file itself (its caller
+/// does), only the other file or directory at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenFailure {
+    /// A condition of the file's storage that passes, or that an administrator mends, not a sign that it is no
+    /// ledger: another connection holds its lock, a writer that crashed left a hot `-journal`, this user may not
+    /// read or write the file, its `-wal` or `-shm`, or create them in its directory.
+    Storage(String),
+    /// SQLite cannot read it as a database: it is none, or it is damaged.
+    NotALedger(String),
+    /// Neither, as far as SQLite says (an unexpected error of SQLite's): each caller keeps its own reading, the
+    /// ledger a storage error, `flow` bad input.
+    Other(String),
+}
+
+/// Reads the failure `e` of SQLite opening or first reading the existing file `path` (see [`OpenFailure`]). A
+/// permission problem is a storage error, whatever SQLite calls it: a file, `-wal` or `-shm` this user may not open
+/// ("unable to open database file"), one it may only read ("attempt to write a readonly database"), a directory it
+/// may not create SQLite's journal in. A file SQLite cannot open for another reason, and cannot read, is no ledger.
+pub fn open_failure(path: &Path, e: &rusqlite::Error) -> OpenFailure {
+    let extended = e.sqlite_error().map(|failure| failure.extended_code);
     match e.sqlite_error_code() {
-        Some(
-            ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt | ErrorCode::CannotOpen | ErrorCode::SystemIoFailure,
-        ) => corrupt(format!("{}: {e}", path.display())),
-        _ => Error::Storage(format!("{}: {e}", path.display())),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => OpenFailure::Storage(locked(e)),
+        _ if extended == Some(rusqlite::ffi::SQLITE_READONLY_ROLLBACK) => OpenFailure::Storage(format!(
+            "a writer stopped in the middle of a transaction, and reading it means rolling its -journal back into \
+             the file, which a read-only connection does not do (a worker opening the ledger does): {e}"
+        )),
+        // SQLite's name for a journal it could not create (`errno` EACCES, the file not there).
+        _ if extended == Some(rusqlite::ffi::SQLITE_READONLY_DIRECTORY) => {
+            let file = resolved(path);
+            let dir = directory_of(&file);
+            OpenFailure::Storage(format!(
+                "this user may not create files in its directory {}, where SQLite must create the ledger's journal \
+                 (its -wal or -journal) beside the file to write it: {e}",
+                dir.display()
+            ))
+        }
+        Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => OpenFailure::Storage(match unreadable(path) {
+            Some(why) => format!("{why} (SQLite: {e})"),
+            None => format!(
+                "SQLite may not write what reading it needs (check the permissions of the file, its -wal and -shm, \
+                 and their directory): {e}"
+            ),
+        }),
+        Some(ErrorCode::CannotOpen) => match unreadable(path) {
+            Some(why) => OpenFailure::Storage(format!("{why} (SQLite: {e})")),
+            None => OpenFailure::NotALedger(e.to_string()),
+        },
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt | ErrorCode::SystemIoFailure) => {
+            OpenFailure::NotALedger(e.to_string())
+        }
+        _ => OpenFailure::Other(e.to_string()),
+    }
+}
+
+/// The first of the ledger file `path`, its `-wal` and its `-shm` (those that are there, next to the file with its
+/// symbolic links resolved) that this user may not open to read, which any reader of the ledger must, or a directory
+/// on the way to the file that this user may not search; said without naming `path`. `None` if no permission stands
+/// in the way.
+fn unreadable(path: &Path) -> Option<String> {
+    let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
+    if let Err(e) = std::fs::metadata(path)
+        && denied(&e)
+    {
+        return Some(format!("cannot look it up: {e} (a directory on its path this user may not search)"));
+    }
+    let resolved = resolved(path);
+    let files = [
+        (resolved.clone(), None),
+        (with_suffix(&resolved, "-wal"), Some("write-ahead log")),
+        (with_suffix(&resolved, "-shm"), Some("write-ahead log's index")),
+    ];
+    files.into_iter().find_map(|(file, what)| match std::fs::File::open(&file) {
+        Err(e) if denied(&e) => Some(match what {
+            None => format!("this user may not open it to read: {e}"),
+            Some(what) => format!("this user may not open its {what} {} to read: {e}", file.display()),
+        }),
+        _ => None,
+    })
+}
+
+/// `path` with its symbolic links resolved, where SQLite keeps its `-wal`, `-shm` and `-journal` (`path` itself if
+/// it cannot be resolved).
+fn resolved(path: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The directory that holds `file`.
+fn directory_of(file: &Path) -> &Path {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// A failure of the first reads of the existing file `path`, as [`open_failure`] reads it: a file SQLite cannot read
+/// as a database is refused as corrupt (with SQLite's reason); a lock another connection holds is not corruption,
+/// nor is a hot `-journal` that a read-only connection may not roll back, nor a permission problem.
+fn read_error(path: &Path, e: rusqlite::Error) -> Error {
+    match open_failure(path, &e) {
+        OpenFailure::NotALedger(why) => corrupt(format!("{}: {why}", path.display())),
+        OpenFailure::Storage(why) | OpenFailure::Other(why) => Error::Storage(format!("{}: {why}", path.display())),
     }
 }
 
@@ -611,7 +706,7 @@ impl SqliteLedger {
         let existed = path.exists();
         let conn = Connection::open(path).map_err(|e| {
             if existed {
-                corrupt(format!("{}: cannot open: {e}", path.display()))
+                read_error(path, e)
             } else {
                 Error::Storage(format!("{}: cannot create: {e}", path.display()))
             }
