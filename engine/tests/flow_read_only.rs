@@ -603,3 +603,102 @@ fn a_ledger_this_user_may_not_read_is_a_storage_error_naming_what_it_may_not_rea
         assert_eq!(ledger_api(As::Me, &path, true), "read", "{what}");
     }
 }
+
+/// Ledgers whose files anyone may write, each in a directory no one but root may write (0555), in a state where
+/// SQLite must create a file beside the ledger to write it: closed cleanly (no `-wal`, no `-shm`), in rollback-journal
+/// mode (no `-wal`), a worker opened exclusive died (a `-wal`, no `-shm`). The state, and the file to be created.
+fn ledgers_in_a_directory_not_everyone_may_write(root: &Path) -> Vec<(PathBuf, &'static str)> {
+    let mut ledgers = Vec::new();
+    for (name, creates) in
+        [("closed", "flow.db-wal"), ("rollback-journal", "flow.db-wal"), ("exclusive-worker", "flow.db-shm")]
+    {
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("flow.db");
+        ledger_with_a_paused_run(&path);
+        match name {
+            "rollback-journal" => {
+                let conn = rusqlite::Connection::open(&path).unwrap();
+                let mode: String = conn.pragma_update_and_check(None, "journal_mode", "DELETE", |r| r.get(0)).unwrap();
+                assert_eq!(mode, "delete");
+            }
+            "exclusive-worker" => worker_dies_after_renaming_the_workflow(&path, true),
+            _ => {}
+        }
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            set_mode(&entry.unwrap().path(), 0o666);
+        }
+        set_mode(&dir, 0o555);
+        age(&dir);
+        ledgers.push((dir, creates));
+    }
+    ledgers
+}
+
+/// `flow resolve` of a ledger this user may write, in a directory they may not write, is refused before SQLite opens
+/// the file (a storage error, exit 1), naming the directory and why it matters: SQLite must create the ledger's
+/// `-wal` (or `-shm`) there. It used to say "attempt to write a readonly database", or call a ledger with a `-wal`
+/// and no `-shm` corrupt. Nothing is changed on disk; in a directory this user may write, the same decision is made.
+#[test]
+fn a_decision_in_a_directory_this_user_may_not_write_is_refused_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let ledgers = ledgers_in_a_directory_not_everyone_may_write(root.path());
+    let results: Vec<_> = ledgers
+        .iter()
+        .map(|(dir, _)| {
+            let path = dir.join("flow.db");
+            let decision = ["resolve", "--ledger", path.to_str().unwrap(), "--run", "r1", "--retry", "--by", "bob"];
+            let before = snapshot(dir);
+            let refused = flow(As::Restricted, &decision);
+            let unchanged = snapshot(dir) == before;
+            set_mode(dir, 0o777);
+            (refused, unchanged, flow(As::Restricted, &decision))
+        })
+        .collect();
+    for ((dir, creates), ((code, stdout, stderr), unchanged, made)) in ledgers.iter().zip(results) {
+        assert_eq!(code, 1, "{creates}: {stdout}{stderr}");
+        assert!(stderr.contains(&format!("{}: this user may not create files in this directory", dir.display())));
+        assert!(stderr.contains("SQLite must create") && stderr.contains(creates), "{stderr}");
+        assert!(stderr.contains("recording a decision writes the ledger"), "{stderr}");
+        assert!(!stderr.contains("readonly database") && !stderr.contains("corrupt"), "{stderr}");
+        assert!(unchanged, "{}: a refused decision changed the directory", dir.display());
+        let (code, stdout, stderr) = made;
+        assert_eq!(code, 0, "{}: in a directory this user may write: {stdout}{stderr}", dir.display());
+        assert!(stdout.contains("now running"), "{stdout}");
+    }
+}
+
+/// The same for a worker ([`SqliteLedger::open`] checks the directory too): its open is refused as a storage error
+/// naming the directory, where it used to say "attempt to write a readonly database", or, with a `-wal` and no
+/// `-shm`, call the ledger corrupt; nothing is changed on disk.
+#[test]
+fn a_worker_in_a_directory_it_may_not_write_is_refused_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let ledgers = ledgers_in_a_directory_not_everyone_may_write(root.path());
+    let results: Vec<_> = ledgers
+        .iter()
+        .map(|(dir, _)| {
+            let path = dir.join("flow.db");
+            let before = snapshot(dir);
+            let refused = ledger_api(As::Restricted, &path, false);
+            let unchanged = snapshot(dir) == before;
+            set_mode(dir, 0o777);
+            (refused, unchanged, ledger_api(As::Restricted, &path, false))
+        })
+        .collect();
+    for ((dir, creates), (refused, unchanged, wrote)) in ledgers.iter().zip(results) {
+        let expected = format!("refused: ledger storage error: {}: this user may not create files", dir.display());
+        assert!(refused.starts_with(&expected), "{creates}: {refused}");
+        assert!(refused.contains(creates), "{refused}");
+        assert!(unchanged, "{}: a refused worker changed the directory", dir.display());
+        assert_eq!(wrote, "wrote", "{}: in a directory this user may write", dir.display());
+    }
+}

@@ -9,19 +9,20 @@
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
 //! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
 //! with a message naming the file: the ledger locked by another connection, a hot `-journal` a writer left, a file,
-//! `-wal` or `-shm` this user may not read (or, for `resolve`, write); 2 bad usage or bad input, with a message
-//! naming it (a file that is not a ledger, a run id the ledger does not hold, `--mark-done` that is not valid JSON, a
-//! blank `--by`), and the ledger left as it was. Both kinds of SQLite failure are told apart as the ledger's own opens
-//! tell them ([`engine::ledger::sqlite::open_failure`]).
+//! `-wal` or `-shm` this user may not read (or, for `resolve`, write), a directory `resolve` may not create SQLite's
+//! `-wal` or `-shm` in; 2 bad usage or bad input, with a message naming it (a file that is not a ledger, a run id the
+//! ledger does not hold, `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was. Both
+//! kinds of SQLite failure are told apart as the ledger's own opens tell them
+//! ([`engine::ledger::sqlite::open_failure`]).
 //!
 //! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
 //! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
 //! ledger's, or a ledger of another schema version is refused with exit 2 and left as it was, never turned into a
 //! new ledger or migrated. `paused` only reads the file; `resolve` checks the run reading only, and opens the file to
-//! write only then, and only if this user may write it and its `-wal` and `-shm`
-//! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
-//! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
-//! (a repeated member name, an integer no double holds exactly).
+//! write only then, and only if this user may write it and its `-wal` and `-shm`, and create them in its directory
+//! when they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict
+//! JSON parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not
+//! be keyed by (a repeated member name, an integer no double holds exactly).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -274,7 +275,9 @@ fn main() -> ExitCode {
                 Ok(Ok(_)) => {}
             }
             // SQLite opens a file (or its -wal, -shm) this user may only read read-only and fails only at the write,
-            // after its read left files that lock the owner out: refused before it is opened (`open` refuses it too).
+            // after its read left files that lock the owner out, and says only that the database is read-only when it
+            // may not create its -wal or -shm beside the file: refused before it is opened, naming the file or the
+            // directory (`open` refuses it too).
             if let Err(why) = engine::ledger::sqlite::check_writable(&path, &Options::default()) {
                 return fail(1, &format!("{why}: recording a decision writes the ledger"));
             }

@@ -616,9 +616,17 @@ fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
 /// only at the first write ("attempt to write a readonly database", naming no file); by then its first read has
 /// made a `-wal` and a `-shm` (a WAL file read without them), which a read-only connection cannot remove when it
 /// closes: they stay, owned by this user, and the file's owner can no longer write the ledger either. The check
-/// opens each file that is there to write and closes it again, which changes nothing on disk and creates nothing.
+/// opens each file that is there to write and closes it again, which changes nothing on disk.
+///
+/// Refuses as well a ledger whose `-wal` (or `-shm`) is not there, in a directory where this user may not create
+/// files: SQLite must create them beside the file to write it in WAL mode, and says only "attempt to write a
+/// readonly database" when it cannot, or, with a `-wal` there and no `-shm`, "unable to open database file", which
+/// read as a damaged ledger. Whether the directory takes a file is asked of the directory itself (a file of a name
+/// no one else uses, made and removed at once: this is the case where SQLite is about to make its own files there
+/// anyway); nothing in the directory is checked when both are there.
+///
 /// A missing file is not refused (SQLite creates it, or says why not), nor anything that is not a regular file
-/// (SQLite says what is wrong with it). The refusal names the file and the reason, e.g.
+/// (SQLite says what is wrong with it). The refusal names the file or directory and the reason, e.g.
 /// `/srv/L.db: cannot open it to write: Permission denied (os error 13)`.
 pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(), String> {
     if !std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file()) {
@@ -626,26 +634,67 @@ pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(),
     }
     let open_to_write = |file: &Path| std::fs::OpenOptions::new().read(true).write(true).open(file);
     open_to_write(path).map_err(|e| format!("{}: cannot open it to write: {e}", path.display()))?;
-    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let resolved = resolved(path);
     let companions: &[(&str, &str)] = if options.exclusive {
         &[("-wal", "write-ahead log")]
     } else {
         &[("-wal", "write-ahead log"), ("-shm", "index of the write-ahead log")]
     };
+    // What SQLite must create when it opens the file to write.
+    let mut missing = Vec::new();
     for (suffix, what) in companions {
         let file = with_suffix(&resolved, suffix);
         match open_to_write(&file) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.push(format!("{what} {}", file.file_name().unwrap_or_default().to_string_lossy()));
+            }
+            Err(e) => {
                 return Err(format!(
                     "{}: cannot open it to write: {e} (SQLite's {what} of {})",
                     file.display(),
                     path.display()
                 ));
             }
-            _ => {}
+            Ok(_) => {}
         }
     }
+    if !missing.is_empty() {
+        let dir = directory_of(&resolved);
+        may_create_in(dir).map_err(|e| {
+            format!(
+                "{}: this user may not create files in this directory ({e}), and to write the ledger {} SQLite must \
+                 create its {} here",
+                dir.display(),
+                path.display(),
+                missing.join(" and ")
+            )
+        })?;
+    }
     Ok(())
+}
+
+/// Whether this process may create a file in the directory `dir`, asked by making one there, of a name no other
+/// call uses (a random one: process ids repeat across containers sharing a volume), and removing it at once. Safe
+/// Rust has no `access(2)`, and the directory's mode bits alone would misjudge root, ACLs and read-only mounts.
+fn may_create_in(dir: &Path) -> std::io::Result<()> {
+    use std::hash::{BuildHasher as _, RandomState};
+    let mut tries = 0;
+    loop {
+        let name = format!(".flow-ledger-probe-{:016x}", RandomState::new().hash_one(std::process::id()));
+        let probe = dir.join(name);
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+            Ok(_) => {
+                // The answer is in: a probe that cannot be removed (which its maker may always do) is not a reason
+                // to refuse the ledger.
+                let _ = std::fs::remove_file(&probe);
+                return Ok(());
+            }
+            // Says nothing about the directory: the name is taken (the kernel may look a name up before it checks
+            // whether the directory takes new ones).
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// What tells the file `path` names from another one made under the same name after it was removed: its inode (which
