@@ -264,3 +264,52 @@ fn a_class_whose_actions_never_ran_has_no_steps() {
     let html = render_html(&report);
     assert!(!html.contains("≤ 1,000,000") && !html.contains("≤ 1000000"), "{html}");
 }
+
+/// Results that contradict themselves are refused, naming the field (a hand-edited file would otherwise be reported
+/// as "all held" with violations, a coverage of 750 %, or a class no engine has).
+#[test]
+fn results_that_contradict_themselves_are_refused() {
+    use reports::report::check_counts;
+    let good = rules(1, 500, 3);
+    check_counts(&good).expect("a run's own results");
+    let refused = |edit: &dyn Fn(&mut Results), says: &str| {
+        let mut r = good.clone();
+        edit(&mut r);
+        let error = check_counts(&r).expect_err(says);
+        assert!(error.contains(says), "{error}");
+    };
+    refused(&|r| r.invariants.get_mut("I1").unwrap().violations = 5, "invariant I1 has holds = true with 5 violations");
+    refused(&|r| r.invariants.get_mut("I2").unwrap().holds = false, "invariant I2 has holds = false with 0");
+    refused(&|r| drop(r.invariants.remove("I3")), "invariant I3 is missing");
+    refused(
+        &|r| {
+            let i1 = r.invariants["I1"].clone();
+            r.invariants.insert("I11".into(), i1);
+        },
+        "invariant I11 is not one of I1 to I10",
+    );
+    refused(&|r| r.invariants.get_mut("I9").unwrap().checked_runs = Some(3), "invariant I9 has checked_runs = 3");
+    refused(&|r| r.auto_retry_coverage = 7.5, "auto_retry_coverage = 7.5 is not a share");
+    refused(&|r| r.auto_retry_coverage = f64::NAN, "auto_retry_coverage = NaN");
+    refused(&|r| r.actions.get_mut("bank.payout").unwrap().class = "bogus".into(), "has the class \"bogus\"");
+    refused(
+        &|r| r.actions.get_mut("stripe.create_customer").unwrap().residual_duplicates = 4,
+        "residual_duplicates = 4, more than its duplicates = 3",
+    );
+    refused(
+        &|r| {
+            (r.runs, r.runs_with_visible_retry, r.paused_runs) = (0, 0, 0);
+        },
+        "with runs = 0",
+    );
+}
+
+/// A report.json that lost its `report_format` is named as a report, not parsed as a run's results.
+#[test]
+fn a_report_without_its_format_is_named_as_a_report() {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&render_json(&build_report(&month(), None).unwrap())).unwrap();
+    value.as_object_mut().unwrap().remove("report_format");
+    let error = parse_results(&value.to_string(), Path::new("r/report.json")).expect_err("no format");
+    assert!(error.to_string().contains("missing field `report_format`"), "{error}");
+}

@@ -241,6 +241,12 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
 mod tests {
     use super::*;
 
+    /// Every invariant held, as a run reports them.
+    fn held() -> BTreeMap<String, sim::results::InvariantResult> {
+        let held = sim::results::InvariantResult { holds: true, checked: true, ..Default::default() };
+        sim::checker::INVARIANTS.iter().map(|id| (id.to_string(), held.clone())).collect()
+    }
+
     /// The result of `hashes` in the file at position `file` among the inputs.
     fn input<'a>(file: usize, path: &'a Path, ledger: &str, hashes: &str) -> Input<'a> {
         let results = Results {
@@ -313,6 +319,7 @@ mod tests {
             ledger: "memory".into(),
             trace_hash: hash.into(),
             scenario: "mixed".into(),
+            invariants: held(),
             ..Default::default()
         };
         let report = reports::build_report(&[results("rules", "r1"), results("naive", "n1")], None).expect("built");
@@ -349,6 +356,8 @@ mod tests {
                 ledger: "memory".into(),
                 trace_hash: format!("h{seed}"),
                 steps: 1_000,
+                runs: 500,
+                invariants: held(),
                 actions: [("contacts.create".to_owned(), action)].into(),
                 duplicates: sim::results::Duplicates { total: duplicates, ..Default::default() },
                 ..Default::default()
