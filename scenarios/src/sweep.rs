@@ -15,6 +15,9 @@
 use sim::results::Results;
 use std::path::PathBuf;
 
+/// Steps per simulation when neither `--steps` nor the scenario file sets them.
+pub const STEPS_DEFAULT: u64 = 50_000;
+
 /// The arguments of `flowsim sweep`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SweepArgs {
@@ -30,9 +33,9 @@ pub struct SweepArgs {
     /// Seeds per bound (`1..=seeds`); the same seeds for every bound.
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
-    /// Steps per simulation, at most 10^12.
-    #[arg(long, default_value_t = 50_000)]
-    pub steps: u64,
+    /// Steps per simulation, at most 10^12 (default: the scenario file's `steps` if it sets them, else 50,000).
+    #[arg(long)]
+    pub steps: Option<u64>,
     /// Simulations run at once, each on its own thread.
     #[arg(long, default_value_t = 2)]
     pub jobs: usize,
@@ -164,7 +167,9 @@ pub fn validate(args: &SweepArgs) -> Result<(), String> {
     if args.seeds == 0 || args.seeds > crate::check::SEEDS_MAX {
         return Err(format!("--seeds must be between 1 and {}", crate::check::SEEDS_MAX));
     }
-    crate::run::steps_in_range("--steps", args.steps)?;
+    if let Some(steps) = args.steps {
+        crate::run::steps_in_range("--steps", steps)?;
+    }
     if args.jobs == 0 || args.jobs > crate::check::JOBS_MAX {
         return Err(format!("--jobs must be between 1 and {}", crate::check::JOBS_MAX));
     }
@@ -328,7 +333,9 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     } else {
         text.clone()
     };
-    let profile = crate::run::prepare_source(ScenarioSource { text: judged, ..source }, 1, Some(args.steps))?.profile;
+    // Steps as `run` takes them: `--steps`, else the file's own `steps`, else the sweep's default.
+    let judged = ScenarioSource { text: judged, steps_default: STEPS_DEFAULT, ..source };
+    let crate::run::Prepared { profile, steps, .. } = crate::run::prepare_source(judged, 1, args.steps)?;
     check_connector(&profile, &args.connector, &args.scenario)?;
     check_bounds_fit_the_heal(&args.bounds_ms, profile.world.heal_s_max)?;
     check_no_other_sweep(&args.out, &args.bounds_ms)?;
@@ -361,7 +368,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
                 expect: Expect::ResidualOnly,
                 steps_default: 0,
             };
-            crate::run::prepare_source(point, seed, Some(args.steps)).map_err(|e| format!("seed {seed}: {e}"))?;
+            crate::run::prepare_source(point, seed, Some(steps)).map_err(|e| format!("seed {seed}: {e}"))?;
         }
         profiles.push(text);
     }
@@ -375,7 +382,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         args.scenario,
         crate::output::count(files.len() as u64, "bound", "bounds"),
         crate::output::count(args.seeds, "seed", "seeds"),
-        args.steps,
+        steps,
         crate::output::count(args.jobs as u64, "thread", "threads")
     );
     let next = AtomicUsize::new(0);
@@ -389,8 +396,8 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(&(b, seed)) = points.get(i) else { break };
                         let scenario = files[b].to_str().expect("checked UTF-8 above").to_owned();
-                        let outcome = crate::run::prepare(&scenario, seed, Some(args.steps)).map(|prepared| {
-                            let run_args = crate::run::RunArgs::quiet(&scenario, seed, Some(args.steps));
+                        let outcome = crate::run::prepare(&scenario, seed, Some(steps)).map(|prepared| {
+                            let run_args = crate::run::RunArgs::quiet(&scenario, seed, Some(steps));
                             crate::run::execute(&run_args, &prepared, false).0
                         });
                         outln!("  bound {} ms seed {seed} done", args.bounds_ms[b]);
@@ -414,7 +421,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         written.push((path, json + "\n"));
         rows.push(row(args.bounds_ms[b], &args.connector, &merged)?);
     }
-    let table = table(&args.scenario, &args.connector, args.seeds, args.steps, &rows);
+    let table = table(&args.scenario, &args.connector, args.seeds, steps, &rows);
     let path = args.out.join("sweep.md");
     written.push((path.clone(), table.clone()));
     // Every result file and the table, or none of them.
@@ -560,7 +567,7 @@ mod tests {
             connector: "ledgerly".into(),
             bounds_ms: vec![0, 1000],
             seeds: 1,
-            steps: 10,
+            steps: Some(10),
             jobs: 1,
             out: "x".into(),
         };
@@ -574,7 +581,7 @@ mod tests {
         bad(|a| a.bounds_ms.clear(), "at least one bound");
         bad(|a| a.bounds_ms = vec![5, 5], "twice");
         bad(|a| a.seeds = 0, "--seeds");
-        bad(|a| a.steps = 0, "--steps");
+        bad(|a| a.steps = Some(0), "--steps");
         bad(|a| a.jobs = 0, "--jobs");
         bad(|a| a.connector = "nope".into(), "unknown connector");
     }

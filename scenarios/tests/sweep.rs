@@ -171,6 +171,29 @@ fn a_scenario_is_judged_with_the_bound_each_point_sets() {
     assert!(o.stderr.contains("connectors.ledgerly.lookup_wait_ms = -5 must be a whole number"), "{}", o.stderr);
 }
 
+/// Steps as `run` takes them: a scenario file's own `steps` when `--steps` is not given (the sweep ran 50,000 steps
+/// per point whatever the file said), and `--steps` over it.
+#[cfg(madsim)]
+#[test]
+fn a_scenario_file_s_steps_are_the_sweep_s_unless_steps_is_given() {
+    let dir = temp_dir("sweep-file-steps");
+    let file = dir.join("scenario.toml");
+    let catalogue = scenarios::catalogue::find("lookup-lag-over-bound").expect("in the catalogue").text;
+    std::fs::write(&file, format!("steps = 1500\n{catalogue}")).expect("write");
+    let sweep = |out: &str, steps: &[&str]| {
+        let args = ["sweep", "--scenario", path_str(&file), "--bounds-ms", "0,5000", "--seeds", "1", "--out", out];
+        let o = flowsim(&[&args[..], steps].concat());
+        assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+        o.stdout
+    };
+    let stdout = sweep(path_str(&dir.join("file")), &[]);
+    assert!(stdout.contains("1 seed × 1500 steps"), "{stdout}");
+    let table = std::fs::read_to_string(dir.join("file").join("sweep.md")).expect("written");
+    assert!(table.contains("× 1500 steps per bound"), "{table}");
+    let stdout = sweep(path_str(&dir.join("flag")), &["--steps", "1200"]);
+    assert!(stdout.contains("× 1200 steps"), "{stdout}");
+}
+
 /// Every seed's draws are checked before any simulation runs: a knob the scenario leaves open that one seed draws
 /// into a refusal stops the sweep with nothing written but the empty directory.
 #[cfg(madsim)]
