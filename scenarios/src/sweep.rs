@@ -101,6 +101,32 @@ pub fn row(bound_ms: u64, connector: &str, results: &Results) -> Result<Row, Str
     })
 }
 
+/// The bounds whose points simulated exactly the same events (the same trace hash for every seed), in groups of two
+/// or more, in the order given: a bound that never made a lookup wait changes nothing.
+pub fn same_simulations(bounds_ms: &[u64], trace_hashes: &[String]) -> Vec<Vec<u64>> {
+    let mut groups: Vec<(&str, Vec<u64>)> = Vec::new();
+    for (bound, hash) in bounds_ms.iter().zip(trace_hashes) {
+        match groups.iter_mut().find(|(h, _)| *h == hash.as_str()) {
+            Some((_, group)) => group.push(*bound),
+            None => groups.push((hash, vec![*bound])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).filter(|group| group.len() > 1).collect()
+}
+
+/// What the table says under groups of [`same_simulations`].
+fn alike_note(alike: &[Vec<u64>], connector: &str) -> String {
+    let groups: Vec<String> =
+        alike.iter().map(|group| group.iter().map(|b| bound(*b)).collect::<Vec<_>>().join(", ")).collect();
+    format!(
+        "**The bounds {} simulated the same events** (the same trace hash for every seed): no lookup of \
+         `{connector}` waited long enough in these runs for the bound to matter. More steps or seeds, or a scenario \
+         whose lag reaches the bounds, would tell them apart. A report counts each simulation once, so chart one \
+         bound of each.",
+        groups.join("; and ")
+    )
+}
+
 /// The sweep table in Markdown.
 pub fn table(scenario: &str, connector: &str, seeds: u64, steps: u64, rows: &[Row]) -> String {
     let mut out = format!(
@@ -414,14 +440,20 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     }
     let mut rows = Vec::new();
     let mut written = Vec::new();
+    let mut hashes = Vec::new();
     for (b, results) in by_bound.iter().enumerate() {
         let merged = Results::merge_all(results.iter()).expect("at least one seed per bound");
         let path = args.out.join(format!("bound-{}.json", args.bounds_ms[b]));
         let json = serde_json::to_string_pretty(&merged).expect("results serialise");
         written.push((path, json + "\n"));
         rows.push(row(args.bounds_ms[b], &args.connector, &merged)?);
+        hashes.push(merged.trace_hash);
     }
-    let table = table(&args.scenario, &args.connector, args.seeds, steps, &rows);
+    let alike = same_simulations(&args.bounds_ms, &hashes);
+    let mut table = table(&args.scenario, &args.connector, args.seeds, steps, &rows);
+    if !alike.is_empty() {
+        table += &format!("\n{}\n", alike_note(&alike, &args.connector));
+    }
     let path = args.out.join("sweep.md");
     written.push((path.clone(), table.clone()));
     // Every result file and the table, or none of them.
@@ -430,11 +462,18 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     outln!("{table}");
     // The directory is quoted for the shell where it needs to be, and the glob after it is left for the shell.
     let out = args.out.to_string_lossy();
+    // Points that simulated the same events are one simulation to `report`, which counts each once: name one of each.
+    let inputs = if alike.is_empty() {
+        format!("{}/bound-*.json", crate::shell::quote(&out))
+    } else {
+        let repeated: Vec<u64> = alike.iter().flat_map(|group| group[1..].iter().copied()).collect();
+        let kept = args.bounds_ms.iter().filter(|b| !repeated.contains(b));
+        kept.map(|b| crate::shell::quote(&format!("{out}/bound-{b}.json")).into_owned()).collect::<Vec<_>>().join(" ")
+    };
     outln!(
-        "wrote {} (and bound-*.toml, bound-*.json); chart it with: cargo flowsim report --out {} {}/bound-*.json",
+        "wrote {} (and bound-*.toml, bound-*.json); chart it with: cargo flowsim report --out {} {inputs}",
         path.display(),
         crate::shell::quote(&format!("{out}/report")),
-        crate::shell::quote(&out)
     );
     Ok(if rows.iter().all(|r| r.invariants_hold) { 0 } else { 1 })
 }
@@ -450,6 +489,20 @@ mod tests {
         assert!(error.starts_with("bound 1001 ms is more than a quarter"), "{error}");
         assert!(error.contains("heal_s_max = 4 s, so at most 1000 ms): a run"), "{error}");
         assert!(!error.contains("  "), "{error}");
+    }
+
+    #[test]
+    fn bounds_that_simulated_the_same_events_are_grouped() {
+        let h = |s: &str| s.to_owned();
+        let bounds = [0, 5_000, 60_000, 120_000];
+        assert!(same_simulations(&bounds, &[h("a"), h("b"), h("c"), h("d")]).is_empty());
+        assert_eq!(
+            same_simulations(&bounds, &[h("a"), h("b"), h("a"), h("b")]),
+            [vec![0, 60_000], vec![5_000, 120_000]]
+        );
+        let note = alike_note(&same_simulations(&bounds, &[h("a"), h("a"), h("c"), h("d")]), "payments");
+        assert!(note.starts_with("**The bounds 0, 5 s simulated the same events**"), "{note}");
+        assert!(note.contains("`payments`") && !note.contains("  "), "{note}");
     }
 
     #[test]

@@ -194,6 +194,38 @@ fn a_scenario_file_s_steps_are_the_sweep_s_unless_steps_is_given() {
     assert!(stdout.contains("× 1200 steps"), "{stdout}");
 }
 
+/// A bound no lookup waited on changes nothing: its points are the same simulations as another bound's. The table says
+/// so, and the report command the sweep prints names one bound of each (a report counts a simulation once, so the
+/// glob it printed before was refused).
+#[cfg(madsim)]
+#[test]
+fn bounds_that_simulated_the_same_events_are_named_and_charted_once() {
+    let dir = temp_dir("sweep-alike");
+    let out = path_str(&dir);
+    let o = flowsim(&[
+        "sweep",
+        "--scenario",
+        "mixed",
+        "--connector",
+        "payments",
+        "--bounds-ms",
+        "0,60000",
+        "--seeds",
+        "2",
+        "--steps",
+        "2000",
+        "--out",
+        out,
+    ]);
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let table = std::fs::read_to_string(dir.join("sweep.md")).expect("written");
+    assert!(table.contains("**The bounds 0, 1 min simulated the same events**"), "{table}");
+    let line = o.stdout.lines().find(|l| l.contains("chart it with:")).expect("a report command");
+    assert!(line.ends_with(&format!("--out {out}/report {out}/bound-0.json")), "{line}");
+    let report = flowsim(&["report", "--out", path_str(&dir.join("report")), path_str(&dir.join("bound-0.json"))]);
+    assert_eq!(report.code, 0, "{}{}", report.stdout, report.stderr);
+}
+
 /// Every seed's draws are checked before any simulation runs: a knob the scenario leaves open that one seed draws
 /// into a refusal stops the sweep with nothing written but the empty directory.
 #[cfg(madsim)]
