@@ -115,7 +115,7 @@ pub fn same_simulations(bounds_ms: &[u64], trace_hashes: &[String]) -> Vec<Vec<u
 }
 
 /// What the table says under groups of [`same_simulations`].
-fn alike_note(alike: &[Vec<u64>], connector: &str) -> String {
+pub fn alike_note(alike: &[Vec<u64>], connector: &str) -> String {
     let groups: Vec<String> =
         alike.iter().map(|group| group.iter().map(|b| bound(*b)).collect::<Vec<_>>().join(", ")).collect();
     format!(
