@@ -181,6 +181,10 @@ pub struct BaselineDiff {
     pub invariants_newly_broken: Vec<String>,
     /// Significant rate regressions plus newly broken invariants.
     pub regression_count: usize,
+    /// Said under the diff where its two sides differ in what they simulated (e.g. the baseline covers other
+    /// scenarios), so a reader of the published report sees it, not only whoever ran the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -338,7 +342,15 @@ fn baseline_diff(baseline: &Results, current: &PolicySection) -> BaselineDiff {
         + by_class.iter().filter(|c| c.change.regression).count()
         + actions.iter().filter(|c| c.change.regression).count()
         + invariants_newly_broken.len();
-    BaselineDiff { baseline_policy: old.policy, total, by_class, actions, invariants_newly_broken, regression_count }
+    BaselineDiff {
+        baseline_policy: old.policy,
+        total,
+        by_class,
+        actions,
+        invariants_newly_broken,
+        regression_count,
+        note: None,
+    }
 }
 
 /// One input of a report: a run's results (or a merge's), or a policy section of an earlier `report.json`. A section's
@@ -756,6 +768,9 @@ pub fn blocks(report: &Report) -> Vec<Block> {
             diff.baseline_policy,
             crate::rates::REGRESSION_P_VALUE_MAX
         )));
+        if let Some(note) = &diff.note {
+            out.push(Block::Paragraph(format!("Note: {note}")));
+        }
         let row = |name: &str, c: &Change| {
             vec![
                 name.to_string(),

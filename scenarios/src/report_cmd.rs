@@ -211,18 +211,25 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
                 ));
             }
             // Said when both sides name their scenarios (a merge, such as a sweep's bound, does not).
-            if old != new && !old.iter().chain(&new).any(|s| *s == MIXED) {
-                outln!(
-                    "flowsim report: note: the baseline covers {}, these results {}: the diff compares different \
-                     traffic",
+            let note = (old != new && !old.iter().chain(&new).any(|s| *s == MIXED)).then(|| {
+                format!(
+                    "the baseline covers {}, these results {}: the diff compares different traffic",
                     old.join(", "),
                     new.join(", ")
-                );
+                )
+            });
+            if let Some(note) = &note {
+                outln!("flowsim report: note: {note}");
             }
-            Results::merge_all(all)
+            Some((Results::merge_all(all), note))
         }
     };
-    let report = reports::report::build_report_from(&inputs, baseline.as_ref()).map_err(|e| e.to_string())?;
+    let (baseline, note) = baseline.unzip();
+    let mut report =
+        reports::report::build_report_from(&inputs, baseline.flatten().as_ref()).map_err(|e| e.to_string())?;
+    if let Some(diff) = &mut report.baseline {
+        diff.note = note.flatten();
+    }
     reports::report::write_built(&report, &args.out).map_err(|e| e.to_string())?;
     outln!(
         "flowsim report: {} result{} written to {}",
@@ -381,5 +388,36 @@ mod tests {
         let direct = reports::build_report(&[a, b, c], None).expect("built");
         assert_eq!(fed.lag_series, direct.lag_series);
         assert_eq!(fed.runs, direct.runs);
+    }
+
+    /// The note that the baseline covers other scenarios is in the report itself (report.md and report.json), not
+    /// only printed: whoever reads the published report must see that the diff compares different traffic.
+    #[test]
+    fn the_baseline_s_other_traffic_is_said_in_the_report() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let results = |scenario: &str, hash: &str| Results {
+            scenario: scenario.into(),
+            policy: "rules".into(),
+            ledger: "memory".into(),
+            trace_hash: hash.into(),
+            invariants: held(),
+            ..Default::default()
+        };
+        let (now, old) = (dir.path().join("now.json"), dir.path().join("old.json"));
+        std::fs::write(&now, serde_json::to_string(&results("canary", "c1")).expect("json")).expect("write");
+        std::fs::write(&old, serde_json::to_string(&results("mixed", "m1")).expect("json")).expect("write");
+        let out = dir.path().join("report");
+        let args = ReportArgs { inputs: vec![now.clone()], out: out.clone(), baseline: Some(old.clone()) };
+        assert_eq!(report(&args), Ok(0));
+        let said = "the baseline covers mixed, these results canary: the diff compares different traffic";
+        let md = std::fs::read_to_string(out.join("report.md")).expect("written");
+        assert!(md.contains(&format!("Note: {said}")), "{md}");
+        let json = std::fs::read_to_string(out.join("report.json")).expect("written");
+        assert!(json.contains(said), "{json}");
+        // The same traffic on both sides: no note.
+        let args = ReportArgs { inputs: vec![now.clone()], out: out.clone(), baseline: Some(now) };
+        assert_eq!(report(&args), Ok(0));
+        let md = std::fs::read_to_string(out.join("report.md")).expect("written");
+        assert!(!md.contains("Note:"), "{md}");
     }
 }
