@@ -1,18 +1,24 @@
-//! Output files written so that a failure loses nothing: every file of a set is first written whole into a temporary
-//! file beside it, and only once all of them are written are they renamed into place. A full disk, a directory in a
-//! file's place or a refused permission then leaves every earlier file as it was (a report's `report.md` new and its
-//! `report.json` old, say, is never the outcome), and a reader never sees a half-written file.
+//! Output files written so that a failure loses nothing it need not: every file of a set is first written whole into a
+//! temporary file beside it, and only once all of them are written are they renamed into place. A full disk, a
+//! directory in a file's place or a refused permission then leaves every earlier file as it was (a report's
+//! `report.md` new and its `report.json` old, say, is never the outcome), and a reader never sees a half-written file.
 //!
 //! The temporary files and their renames are `tempfile`'s (`NamedTempFile::persist`), which removes a temporary file
 //! that is not persisted. The target of a symbolic link is written, not the link (the link stays a link). A file a
-//! rename would not replace faithfully is written in place instead, after every other file of the set is written and
-//! before any is renamed: a device or stream (`/dev/null`, `/dev/full`, `/dev/stdout`, `/proc/self/fd/1`), a file with
-//! a second hard link or another owner or group, and a file in a directory this process may not create files in.
+//! rename would not replace faithfully is written in place instead: a device or stream (`/dev/null`, `/dev/full`,
+//! `/dev/stdout`, `/proc/self/fd/1`), a file with a second hard link or another owner or group, and a file in a
+//! directory this process may not create files in. Such a file is opened (not truncated) with the others' temporary
+//! files, so one that cannot be opened stops the set before anything is written; but its write cannot be taken back,
+//! so it comes after every other file of the set is renamed into place: a device that fails there (`/dev/full`, a full
+//! disk under a file with two links) costs the set that file alone, never the files that could be written. Every file
+//! of that last part is tried, and the first failure is returned.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// A file of the set could not be written; nothing of the set was renamed into place before it.
+/// A file of the set could not be written. A failure found before the renames (any but a write in place or a rename)
+/// leaves every file of the set as it was; one in a write in place (or a rename, which one directory makes all but
+/// impossible) comes after every other file of the set is written or tried.
 #[derive(Debug)]
 pub struct WriteError {
     pub path: PathBuf,
@@ -46,16 +52,51 @@ fn replaceable(old: &std::fs::Metadata, new: &std::fs::Metadata) -> bool {
     }
 }
 
-enum Staged<'a> {
-    /// Written, waiting to be renamed to `target`.
-    Renamed { file: tempfile::NamedTempFile, target: PathBuf, shown: &'a Path },
-    /// Written in place once every staged file is written: appended to a device or stream, else truncated.
-    InPlace { path: &'a Path, bytes: &'a [u8], append: bool },
+/// A file of the set written whole into a temporary file beside its target, waiting to be renamed onto it.
+struct Staged<'a> {
+    file: tempfile::NamedTempFile,
+    target: PathBuf,
+    shown: &'a Path,
 }
 
-/// Writes every `(path, bytes)` of `files`, or (on an error before the renames) none of them.
+/// A file of the set to be written in place once every staged file is renamed, opened (not truncated) beforehand so
+/// that one that cannot be opened stops the set before anything is written: appended to when it is a device or a
+/// stream, else truncated first.
+struct InPlace<'a> {
+    file: std::fs::File,
+    path: &'a Path,
+    bytes: &'a [u8],
+    truncate: bool,
+}
+
+impl<'a> InPlace<'a> {
+    fn open(
+        path: &'a Path,
+        bytes: &'a [u8],
+        append: bool,
+        existing: Option<&std::fs::Metadata>,
+    ) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new().write(true).append(append).open(path)?;
+        // A device is not truncated (`set_len` fails on one); a regular file is, as `std::fs::write` would.
+        let truncate = !append && existing.is_some_and(std::fs::Metadata::is_file);
+        Ok(Self { file, path, bytes, truncate })
+    }
+
+    fn write(mut self) -> Result<(), WriteError> {
+        let write = if self.truncate { self.file.set_len(0) } else { Ok(()) };
+        write
+            .and_then(|()| self.file.write_all(self.bytes))
+            .and_then(|()| self.file.flush())
+            .map_err(|source| WriteError { path: self.path.to_path_buf(), source })
+    }
+}
+
+/// Writes every `(path, bytes)` of `files`: those that can be renamed into place all or none, then those written in
+/// place (see the module's doc). An error before the renames leaves every file as it was; an error after them names
+/// the file that failed, every other file of the set written.
 pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> Result<(), WriteError> {
     let mut staged = Vec::new();
+    let mut in_place = Vec::new();
     for (path, bytes) in files {
         let error = |source| WriteError { path: path.to_path_buf(), source };
         // A link is followed, so that its target is written and the link stays.
@@ -73,8 +114,12 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
         // Appended: `/dev/stdout` opened anew has an offset of its own, and truncating or writing from the start
         // would overwrite what the stream (a redirected log) already holds.
         let append = path.starts_with("/dev") || path.starts_with("/proc");
+        if existing.as_ref().is_some_and(std::fs::Metadata::is_dir) {
+            return Err(error(std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory")));
+        }
+        let open_in_place = || InPlace::open(path, bytes, append, existing.as_ref()).map_err(error);
         if append || existing.as_ref().is_some_and(|m| !m.is_file()) {
-            staged.push(Staged::InPlace { path, bytes, append });
+            in_place.push(open_in_place()?);
             continue;
         }
         let dir = match target.parent() {
@@ -96,7 +141,7 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             // A directory this process may not create files in, holding a file it may write (a shared directory):
             // written in place, as the check before the work found it could be.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && existing.is_some() => {
-                staged.push(Staged::InPlace { path, bytes, append });
+                in_place.push(open_in_place()?);
                 continue;
             }
             Err(e) => return Err(error(e)),
@@ -106,7 +151,7 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
             if !replaceable(existing, &new) {
                 // Dropped, so removed.
                 drop(file);
-                staged.push(Staged::InPlace { path, bytes, append });
+                in_place.push(open_in_place()?);
                 continue;
             }
         }
@@ -114,24 +159,25 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
         if let Some(existing) = existing {
             std::fs::set_permissions(file.path(), existing.permissions()).map_err(error)?;
         }
-        staged.push(Staged::Renamed { file, target, shown: path });
+        staged.push(Staged { file, target, shown: path });
     }
-    for s in &staged {
-        if let Staged::InPlace { path, bytes, append } = *s {
-            let write = if append {
-                std::fs::OpenOptions::new().append(true).open(path).and_then(|mut f| f.write_all(bytes))
-            } else {
-                std::fs::write(path, bytes)
-            };
-            write.map_err(|source| WriteError { path: path.to_path_buf(), source })?;
+    // Every temporary file is written and every file to write in place is open: from here on each is tried whatever
+    // happened to the one before, since a file already renamed or written cannot be taken back, and the first
+    // failure is returned.
+    let mut first_error = None;
+    for Staged { file, target, shown } in staged {
+        if let Err(e) = file.persist(&target) {
+            first_error.get_or_insert(WriteError { path: shown.to_path_buf(), source: e.error });
         }
     }
-    for s in staged {
-        if let Staged::Renamed { file, target, shown } = s {
-            file.persist(&target).map_err(|e| WriteError { path: shown.to_path_buf(), source: e.error })?;
+    // Last, what cannot be taken back if it fails half-way (a device, a file with a second link): a failure here
+    // costs the files renamed above nothing.
+    for file in in_place {
+        if let Err(e) = file.write() {
+            first_error.get_or_insert(e);
         }
     }
-    Ok(())
+    first_error.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]
@@ -190,6 +236,86 @@ mod tests {
         std::fs::hard_link(&a, &b).expect("link");
         write_all([(b.as_path(), &b"new"[..])]).expect("written");
         assert_eq!(std::fs::read(&a).expect("read"), b"new", "both names still name one file");
+    }
+
+    /// `/dev/full`, a device every write to fails with "no space left", where this system has one.
+    fn dev_full() -> Option<&'static Path> {
+        let full = Path::new("/dev/full");
+        if full.exists() {
+            Some(full)
+        } else {
+            eprintln!("skipped: this system has no /dev/full");
+            None
+        }
+    }
+
+    fn names(dir: &Path) -> Vec<std::ffi::OsString> {
+        let mut names: Vec<_> = std::fs::read_dir(dir).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        names.sort();
+        names
+    }
+
+    /// A device that fails is written after the files renamed into place, so they are written whatever it does, and
+    /// the error names the device.
+    #[test]
+    fn a_failing_device_costs_the_other_files_nothing() {
+        let Some(full) = dev_full() else { return };
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (a, b) = (dir.path().join("a.json"), dir.path().join("b.md"));
+        std::fs::write(&a, b"old a").expect("write");
+        let e = write_all([(a.as_path(), &b"new a"[..]), (full, &b"x"[..]), (b.as_path(), &b"new b"[..])])
+            .expect_err("a full device");
+        assert_eq!(e.path, full);
+        assert_eq!(e.source.kind(), std::io::ErrorKind::StorageFull, "{e}");
+        assert_eq!(std::fs::read(&a).expect("read"), b"new a");
+        assert_eq!(std::fs::read(&b).expect("read"), b"new b");
+        assert_eq!(names(dir.path()), ["a.json", "b.md"], "no temporary file is left");
+    }
+
+    /// A link to `/dev/full` in a report's directory (`report.md -> /dev/full`): the link is named, the other files
+    /// are written, and every file written in place is tried after one failed.
+    #[cfg(unix)]
+    #[test]
+    fn a_link_to_a_failing_device_costs_the_other_files_nothing() {
+        let Some(full) = dev_full() else { return };
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (md, html, json) = (dir.path().join("report.md"), dir.path().join("report.html"), dir.path().join("j"));
+        std::os::unix::fs::symlink(full, &md).expect("symlink");
+        // A second hard link: written in place too, after the device.
+        let (kept, shared) = (dir.path().join("kept"), dir.path().join("shared"));
+        std::fs::write(&kept, b"old").expect("write");
+        std::fs::hard_link(&kept, &shared).expect("link");
+        let set = [
+            (md.as_path(), &b"md"[..]),
+            (shared.as_path(), &b"shared"[..]),
+            (html.as_path(), &b"html"[..]),
+            (json.as_path(), &b"json"[..]),
+        ];
+        let e = write_all(set).expect_err("a full device");
+        assert_eq!(e.path, md);
+        assert!(e.to_string().contains("report.md"), "{e}");
+        assert_eq!(std::fs::read(&html).expect("read"), b"html");
+        assert_eq!(std::fs::read(&json).expect("read"), b"json");
+        assert_eq!(std::fs::read(&kept).expect("read"), b"shared", "the file after the device is written too");
+        assert!(std::fs::symlink_metadata(&md).expect("stat").file_type().is_symlink(), "the link stays");
+        assert_eq!(names(dir.path()), ["j", "kept", "report.html", "report.md", "shared"], "no temporary is left");
+    }
+
+    /// A failure before the renames leaves a device untouched too: nothing of the set is written.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_failure_before_the_renames_writes_no_device() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (log, blocked) = (dir.path().join("log"), dir.path().join("blocked"));
+        std::fs::write(&log, b"EARLIER\n").expect("write");
+        std::fs::create_dir(&blocked).expect("mkdir");
+        // `/proc/self/fd/N` of the open log: a stream, appended to in place.
+        let file = std::fs::OpenOptions::new().append(true).open(&log).expect("open");
+        let stream = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file)));
+        let e = write_all([(stream.as_path(), &b"NEW\n"[..]), (blocked.as_path(), &b"x"[..])]).expect_err("refused");
+        assert_eq!(e.path, blocked);
+        drop(file);
+        assert_eq!(std::fs::read(&log).expect("read"), b"EARLIER\n");
     }
 
     #[cfg(target_os = "linux")]

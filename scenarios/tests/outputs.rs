@@ -1,0 +1,81 @@
+//! Output files when one of them is a device that fails (`/dev/full`, or a link to it): the files that can be written
+//! are renamed into place first, the device is written last, and the command exits 2 naming it, after its verdict.
+//! The `run` and `check` cases simulate, so they run only under `cargo sim-test`; `report` runs in either build.
+
+mod common;
+
+use common::{flowsim, path_str, temp_dir};
+
+/// `/dev/full`, where this system has one.
+fn dev_full() -> Option<&'static str> {
+    if std::path::Path::new("/dev/full").exists() {
+        Some("/dev/full")
+    } else {
+        eprintln!("skipped: this system has no /dev/full");
+        None
+    }
+}
+
+#[test]
+fn report_writes_the_files_it_can_when_report_md_leads_to_a_full_device() {
+    let Some(full) = dev_full() else { return };
+    let dir = temp_dir("report-full");
+    let out_dir = dir.join("o3");
+    std::fs::create_dir(&out_dir).expect("mkdir");
+    std::os::unix::fs::symlink(full, out_dir.join("report.md")).expect("symlink");
+    let out = flowsim(&["report", "docs/month/month-rules.json", "--out", path_str(&out_dir)]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("report.md") && out.stderr.contains("No space left"), "{}", out.stderr);
+    for name in ["report.html", "report.json"] {
+        let len = std::fs::metadata(out_dir.join(name)).map_or(0, |m| m.len());
+        assert!(len > 1000, "{name} is not written:\n{}", out.stderr);
+    }
+    let json = std::fs::read_to_string(out_dir.join("report.json")).expect("read");
+    serde_json::from_str::<serde_json::Value>(&json).expect("report.json is whole");
+}
+
+#[cfg(madsim)]
+mod simulated {
+    use super::*;
+
+    #[test]
+    fn run_writes_the_trace_when_the_results_go_to_a_full_device() {
+        let Some(full) = dev_full() else { return };
+        let dir = temp_dir("run-full");
+        let trace = dir.join("tr1.txt");
+        let out = flowsim(&["run", "--seed", "1", "--steps", "300", "--json", full, "--trace", path_str(&trace)]);
+        assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("cannot write /dev/full"), "{}", out.stderr);
+        assert!(out.stdout.contains("flowsim run: every invariant held"), "the verdict is printed:\n{}", out.stdout);
+        let text = std::fs::read_to_string(&trace).expect("the trace is written");
+        assert!(text.lines().any(|l| l.starts_with('#') && !l.starts_with("# ")), "no event in the trace:\n{text}");
+    }
+
+    #[test]
+    fn check_writes_its_json_when_the_junit_goes_to_a_full_device() {
+        let Some(full) = dev_full() else { return };
+        let dir = temp_dir("check-full");
+        let json = dir.join("cj.json");
+        let out = flowsim(&[
+            "check",
+            "--jobs",
+            "1",
+            "--seeds",
+            "1",
+            "--steps",
+            "300",
+            "--shard",
+            "0/12",
+            "--json",
+            path_str(&json),
+            "--junit",
+            full,
+        ]);
+        assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+        assert!(out.stderr.contains("cannot write /dev/full"), "{}", out.stderr);
+        assert!(out.stdout.contains("flowsim check: 1 of 1 cases passed"), "the verdict is printed:\n{}", out.stdout);
+        let text = std::fs::read_to_string(&json).expect("the check's JSON is written");
+        let value: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(value["cases"].as_array().map(Vec::len), Some(1), "{text}");
+    }
+}
