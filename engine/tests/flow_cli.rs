@@ -340,3 +340,31 @@ fn one_reading_of_a_sqlite_failure_serves_flow_and_the_ledger() {
     }
     assert!(matches!(failure(ffi::SQLITE_FULL), OpenFailure::Other(_)), "{:?}", failure(ffi::SQLITE_FULL));
 }
+
+/// A reader that has gone (`flow paused L | head -1`, a closed `2>`) is not a panic: `paused` exits 0 as it would
+/// have, and a refusal keeps its own exit code.
+#[test]
+fn a_reader_gone_from_either_stream_changes_no_exit_code() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let ids: Vec<String> = (0..2_000).map(|i| format!("run-{i}")).collect();
+    drop(ledger_with_paused_runs(&path, &ids.iter().map(String::as_str).collect::<Vec<_>>()));
+    let spawn = |args: &[&str], stdout: bool| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flow"))
+            .args(args)
+            .stdout(if stdout { Stdio::piped() } else { Stdio::null() })
+            .stderr(if stdout { Stdio::null() } else { Stdio::piped() })
+            .spawn()
+            .expect("run flow");
+        // Closed before flow has opened the ledger, so its output meets a closed pipe (2,000 lines: more than a pipe
+        // holds, whatever the timing).
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        child.wait().expect("flow finishes").code()
+    };
+    assert_eq!(spawn(&["paused", "--ledger", path.to_str().unwrap()], true), Some(0));
+    let missing = dir.path().join("missing.db");
+    let refused = spawn(&["paused", "--ledger", missing.to_str().unwrap()], false);
+    assert_eq!(refused, Some(2));
+}

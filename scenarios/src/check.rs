@@ -371,12 +371,12 @@ pub fn main(args: &CheckArgs) -> i32 {
     let (profile, budgets, budgets_path) = match resolve(args) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("flowsim check: {e}");
+            errln!("flowsim check: {e}");
             return 2;
         }
     };
     if let Err(e) = crate::output::check_all([&args.junit, &args.json], &[budgets_path.as_path()]) {
-        eprintln!("flowsim check: {e}");
+        errln!("flowsim check: {e}");
         return 2;
     }
     let cases = shard_cases(cases(&profile), args.shard);
@@ -429,7 +429,7 @@ pub fn main(args: &CheckArgs) -> i32 {
     outln!("flowsim check: {} of {} cases passed", records.len() - failed.len(), records.len());
     let outputs = outputs.iter().filter_map(|(path, text)| path.as_ref().map(|p| (p.as_path(), text.as_bytes())));
     if let Err(e) = reports::files::write_all(outputs) {
-        eprintln!("flowsim check: {}", Error::Write { path: e.path, source: e.source });
+        errln!("flowsim check: {}", Error::Write { path: e.path, source: e.source });
         return 2;
     }
     if failed.is_empty() { 0 } else { 1 }
@@ -437,7 +437,7 @@ pub fn main(args: &CheckArgs) -> i32 {
 
 #[cfg(not(madsim))]
 fn run_cases(_cases: &[Case], _budgets: &Budgets, _jobs: usize) -> Result<Vec<CaseRecord>, i32> {
-    eprintln!(
+    errln!(
         "flowsim check: this binary was built without `--cfg madsim`, so it cannot simulate.\n\
          Run it through the cargo alias, which builds with the simulation cfg: `cargo flowsim check ...`.\n\
          If you did use the alias, check that RUSTFLAGS is not set in the environment: it overrides the alias's cfg."
@@ -455,7 +455,7 @@ fn run_cases(cases: &[Case], budgets: &Budgets, jobs: usize) -> Result<Vec<CaseR
         match crate::run::prepare(case.scenario, case.seed, Some(case.steps)) {
             Ok(p) => prepared.push(p),
             Err(e) => {
-                eprintln!("flowsim check: {e}");
+                errln!("flowsim check: {e}");
                 return Err(2);
             }
         }

@@ -136,7 +136,7 @@ pub fn main() -> i32 {
             .flatten()
             .filter(|_| sub.value_source("scenario") == Some(clap::parser::ValueSource::CommandLine));
         if let Some(note) = typed.and_then(|scenario| crate::run::shadowed_file_note(command, scenario)) {
-            eprintln!("{note}");
+            errln!("{note}");
         }
     }
     match cli.command {
@@ -181,7 +181,7 @@ pub fn main() -> i32 {
 fn read_stdin() -> Result<Vec<u8>, i32> {
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut input) {
-        eprintln!("flowsim: cannot read standard input: {e}");
+        errln!("flowsim: cannot read standard input: {e}");
         return Err(2);
     }
     Ok(input)
@@ -201,7 +201,7 @@ fn canon() -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("flowsim canon: {e}");
+            errln!("flowsim canon: {e}");
             2
         }
     }
@@ -209,7 +209,7 @@ fn canon() -> i32 {
 
 fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
     if let Some(problem) = key_arguments_problem(run, step, volatile) {
-        eprintln!("flowsim key: {problem}");
+        errln!("flowsim key: {problem}");
         return 2;
     }
     let input = match read_stdin() {
@@ -219,7 +219,7 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
     let canonical = match engine::canonical::canonicalize_bytes(&input) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("flowsim key: {e}");
+            errln!("flowsim key: {e}");
             return 2;
         }
     };
@@ -229,21 +229,19 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
         let value: serde_json::Value = match serde_json::from_slice(&canonical) {
             Ok(v) => v,
             Err(e) => {
-                eprintln!("flowsim key: {e}");
+                errln!("flowsim key: {e}");
                 return 2;
             }
         };
         // A path the inputs lack leaves nothing out; the key is then the one the engine derives for such inputs,
         // but on the command line it is more likely a typo, so it is said.
         for path in volatile.iter().filter(|path| !names_a_member(&value, path)) {
-            eprintln!(
-                "flowsim key: note: --volatile {path} names no member of these inputs; nothing is left out for it"
-            );
+            errln!("flowsim key: note: --volatile {path} names no member of these inputs; nothing is left out for it");
         }
         match engine::key::step_key_without(run, step, &value, volatile) {
             Ok(k) => k,
             Err(e) => {
-                eprintln!("flowsim key: {e}");
+                errln!("flowsim key: {e}");
                 return 2;
             }
         }
@@ -273,7 +271,7 @@ fn names_a_member(value: &serde_json::Value, path: &str) -> bool {
 
 #[cfg(not(madsim))]
 fn run(_args: &crate::run::RunArgs) -> i32 {
-    eprintln!(
+    errln!(
         "flowsim: this binary was built without `--cfg madsim`, so it cannot simulate (it would run in real time).\n\
          Run it through the cargo alias, which builds with the simulation cfg: `cargo flowsim run ...`.\n\
          If you did use the alias, check that RUSTFLAGS is not set in the environment: it overrides the alias's cfg."
@@ -286,28 +284,25 @@ fn run(args: &crate::run::RunArgs) -> i32 {
     use crate::run::*;
     use std::io::IsTerminal;
     if args.jobs == 0 || args.jobs > 256 {
-        eprintln!("flowsim run: --jobs must be between 1 and 256");
+        errln!("flowsim run: --jobs must be between 1 and 256");
         return 2;
     }
     // A scenario given as a file is read; no output may be written over it.
     let inputs: Vec<&std::path::Path> = scenario_file(&args.scenario).into_iter().collect();
     if let Err(e) = crate::output::check_all([&args.json, &args.trace], &inputs) {
-        eprintln!("flowsim run: {e}");
+        errln!("flowsim run: {e}");
         return 2;
     }
     let prepared = match prepare(&args.scenario, args.seed, args.steps) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("flowsim run: {e}");
+            errln!("flowsim run: {e}");
             return 2;
         }
     };
     // A shard with no step to take would simulate nothing and still add its trace hash to the results.
     if u64::from(args.jobs) > prepared.steps {
-        eprintln!(
-            "flowsim run: --jobs {} is more than the {} steps: every shard needs a step",
-            args.jobs, prepared.steps
-        );
+        errln!("flowsim run: --jobs {} is more than the {} steps: every shard needs a step", args.jobs, prepared.steps);
         return 2;
     }
     // Every run prints its seed and every knob first.
@@ -365,11 +360,11 @@ fn run(args: &crate::run::RunArgs) -> i32 {
     if let Err(e) =
         reports::files::write_all(json.iter().chain(&trace).map(|(path, bytes)| (path.as_path(), bytes.as_slice())))
     {
-        eprintln!("flowsim run: {e}");
+        errln!("flowsim run: {e}");
         write_failed = true;
     }
     if let Some(note) = &run_unseen {
-        eprintln!("flowsim run: {note}");
+        errln!("flowsim run: {note}");
     }
     let code = match verdict(&results, prepared.expect, args.policy) {
         Ok(()) => {
@@ -425,13 +420,13 @@ struct BenchSamples {
 fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
     use crate::run::*;
     if repeat == 0 {
-        eprintln!("flowsim bench: --repeat must be at least 1");
+        errln!("flowsim bench: --repeat must be at least 1");
         return 2;
     }
     let prepared = match prepare(scenario, 1, Some(steps)) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("flowsim bench: {e}");
+            errln!("flowsim bench: {e}");
             return 2;
         }
     };

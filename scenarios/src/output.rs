@@ -23,8 +23,21 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) {
         && !STDOUT_FAILED.swap(true, Ordering::Relaxed)
         && e.kind() != ErrorKind::BrokenPipe
     {
-        eprintln!("flowsim: cannot write standard output: {e}");
+        write_stderr(format_args!("flowsim: cannot write standard output: {e}\n"));
     }
+}
+
+/// Writes `args` to standard error, as `eprint!` does, but returns quietly where `eprint!` panics (`flowsim canon
+/// 2>&1 | head -c 5` closes it early): there is no one left to tell, and the exit code still says what happened.
+pub fn write_stderr(args: std::fmt::Arguments<'_>) {
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
+
+/// `eprintln!` through `write_stderr`: no panic when standard error is gone.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 /// `print!` through `write_stdout`: no panic when standard output is gone. (`lib.rs` declares this module first,

@@ -175,7 +175,7 @@ pub fn main(args: &ReportArgs) -> i32 {
     match report(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("flowsim report: {e}");
+            errln!("flowsim report: {e}");
             2
         }
     }

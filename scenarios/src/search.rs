@@ -519,7 +519,7 @@ impl FailurePersistence for Regressions {
         if self.write {
             self.file.save_persisted_failure2(source_file, seed, shrunken);
         } else {
-            eprintln!("flowsim search: CI is set, so the regression file is not written; the failing seed is: {seed}");
+            errln!("flowsim search: CI is set, so the regression file is not written; the failing seed is: {seed}");
         }
     }
 
@@ -866,32 +866,32 @@ pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>, out: Option<Pat
     let cases = match cases.map_or_else(|| cases_from_env(CASES_DEFAULT), Ok) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("flowsim search: {e}");
+            errln!("flowsim search: {e}");
             return 2;
         }
     };
     let seed = match seed.map_or_else(seed_from_env, Ok) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("flowsim search: {e}");
+            errln!("flowsim search: {e}");
             return 2;
         }
     };
     if cases == 0 {
-        eprintln!("flowsim search: --cases must be at least 1");
+        errln!("flowsim search: --cases must be at least 1");
         return 2;
     }
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
         Err(e) => {
-            eprintln!("flowsim search: cannot read the current directory: {e}");
+            errln!("flowsim search: cannot read the current directory: {e}");
             return 2;
         }
     };
     let places = Places::from(&cwd);
     let out = out.unwrap_or_else(|| places.cases_dir.clone());
     if let Err(e) = check_cases_dir(&out) {
-        eprintln!("flowsim search: {e}");
+        errln!("flowsim search: {e}");
         return 2;
     }
     // The canary's failure is expected: it is never saved among the rules policy's regressions.
@@ -910,7 +910,7 @@ pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>, out: Option<Pat
 
 #[cfg(not(madsim))]
 fn run_search(_args: &SearchArgs, _regressions: &str, _out: &Path) -> i32 {
-    eprintln!(
+    errln!(
         "flowsim: this binary was built without `--cfg madsim`, so it cannot simulate.\n\
          Run it through the cargo alias: `cargo flowsim search ...` (and check that RUSTFLAGS is not set)."
     );

@@ -278,7 +278,7 @@ pub fn main(args: &SweepArgs) -> i32 {
     match validate(args).and_then(|()| sweep(args)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("flowsim sweep: {e}");
+            errln!("flowsim sweep: {e}");
             2
         }
     }

@@ -154,3 +154,23 @@ fn key_refuses_empty_ids_and_malformed_volatile_paths_and_notes_a_path_that_name
     assert!(out.stderr.contains("--volatile sent_at names no member"), "{}", out.stderr);
     assert!(!out.stderr.contains("--volatile a.b"), "{}", out.stderr);
 }
+
+/// A reader of standard error that has gone (`flowsim canon 2>&1 | head -c 5`) does not turn bad input's exit code 2
+/// into a panic's 101.
+#[test]
+fn bad_input_exits_2_even_when_standard_error_is_gone() {
+    for command in [&["canon"][..], &["key", "--run", "r", "--step", "s"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the flowsim binary runs");
+        // The read end is closed before flowsim has its input, so its message meets a closed pipe.
+        drop(child.stderr.take());
+        let _ = child.stdin.take().expect("stdin is piped").write_all(b"xx");
+        let status = child.wait().expect("flowsim finishes");
+        assert_eq!(status.code(), Some(2), "{command:?}");
+    }
+}

@@ -29,6 +29,7 @@ use engine::clock::{Clock, SystemClock};
 use engine::ledger::sqlite::{MIGRATIONS, OpenFailure, Options, SCHEMA_VERSION, SqliteLedger, open_failure};
 use engine::ledger::{Error as LedgerError, Ledger, Resolution};
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -231,11 +232,17 @@ fn main() -> ExitCode {
                 Ok(ids) => ids,
                 Err(e) => return fail(1, &format!("{}: {e}", path.display())),
             };
+            let mut out = std::io::stdout().lock();
             for id in ids {
-                match ledger.get_run(&id) {
-                    Ok(Some(run)) => println!("{}\t{}\t{}", run.run_id, run.workflow, run.reason.unwrap_or_default()),
-                    Ok(None) => {}
+                let written = match ledger.get_run(&id) {
+                    Ok(Some(run)) => {
+                        writeln!(out, "{}\t{}\t{}", run.run_id, run.workflow, run.reason.unwrap_or_default())
+                    }
+                    Ok(None) => Ok(()),
                     Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                };
+                if let Err(e) = written.and_then(|()| out.flush()) {
+                    return output_failed(&e);
                 }
             }
             ExitCode::SUCCESS
@@ -286,10 +293,11 @@ fn main() -> ExitCode {
                 Err(e) => return fail(1, &format!("{}: {e}", path.display())),
             };
             match engine::executor::record_resolution(&ledger, &run, &resolution, &by, SystemClock.now_ms()) {
-                Ok(status) => {
-                    println!("run {run} is now {}", status.as_str());
-                    ExitCode::SUCCESS
-                }
+                // The decision is recorded: a reader gone from standard output changes nothing about that.
+                Ok(status) => match writeln!(std::io::stdout(), "run {run} is now {}", status.as_str()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => output_failed(&e),
+                },
                 // A run id the ledger does not hold is bad input (a typo, another ledger's run): nothing was written.
                 Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
                 // A write that waited out another connection's lock says so (the ledger's message), named here.
@@ -306,7 +314,17 @@ fn parse_output(json: &str) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&canonical).map_err(|e| e.to_string())
 }
 
+/// Says `message` on standard error (quietly dropped, not a panic, when standard error is gone) and exits `code`.
 fn fail(code: u8, message: &str) -> ExitCode {
-    eprintln!("flow: {message}");
+    let _ = writeln!(std::io::stderr(), "flow: {message}");
     ExitCode::from(code)
+}
+
+/// A write to standard output failed. A reader that has gone (`flow paused L | head -1`) wanted no more: success.
+/// Anything else (a full disk behind a redirect) loses output the user asked for: a storage error.
+fn output_failed(e: &std::io::Error) -> ExitCode {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return ExitCode::SUCCESS;
+    }
+    fail(1, &format!("cannot write standard output: {e}"))
 }
