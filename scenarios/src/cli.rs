@@ -40,7 +40,7 @@ enum Command {
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
         /// With --trace: write every event of this run instead (from its start).
-        #[arg(long, requires = "trace")]
+        #[arg(long, requires = "trace", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         trace_run: Option<String>,
         /// Run twice and compare trace hashes and results (I9).
         #[arg(long)]
