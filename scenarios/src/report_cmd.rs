@@ -14,7 +14,9 @@
 //!
 //! Exit codes: 0 when the report is written and shows nothing wrong; 1 when it is written and shows an invariant
 //! broken under the `rules` policy (the `naive` policy is the "before" and breaks them by design) or a regression
-//! against the baseline; 2 when an input is bad or a file cannot be written (nothing is written then).
+//! against the baseline; 2 when an input is bad or a file cannot be written (nothing is written then, unless the
+//! failure is a file written in place, such as a device, which comes after the others are written; the findings are
+//! printed all the same).
 
 use crate::catalogue::Expect;
 use crate::check::{CHECK_FORMAT, CheckFile, expect_name};
@@ -230,17 +232,21 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
     if let Some(diff) = &mut report.baseline {
         diff.note = note.flatten();
     }
-    reports::report::write_built(&report, &args.out).map_err(|e| e.to_string())?;
-    outln!(
-        "flowsim report: {} result{} written to {}",
-        report.runs.len(),
-        if report.runs.len() == 1 { "" } else { "s" },
-        args.out.display()
-    );
+    // The findings are printed whatever the write does: a file written in place last (a device) may still fail.
+    let written = reports::report::write_built(&report, &args.out);
+    if written.is_ok() {
+        outln!(
+            "flowsim report: {} result{} written to {}",
+            report.runs.len(),
+            if report.runs.len() == 1 { "" } else { "s" },
+            args.out.display()
+        );
+    }
     let wrong = what_is_wrong(&report);
     for w in &wrong {
         outln!("flowsim report: {w}");
     }
+    written.map_err(|e| e.to_string())?;
     Ok(if wrong.is_empty() { 0 } else { 1 })
 }
 

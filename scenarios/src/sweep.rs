@@ -456,10 +456,11 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     }
     let path = args.out.join("sweep.md");
     written.push((path.clone(), table.clone()));
-    // Every result file and the table, or none of them.
+    // Every result file and the table, or none of them (a file written in place, such as a device, comes last and
+    // may still fail after the others are written). The table is printed either way.
+    outln!("{table}");
     reports::files::write_all(written.iter().map(|(path, text)| (path.as_path(), text.as_bytes())))
         .map_err(|e| e.to_string())?;
-    outln!("{table}");
     // The directory is quoted for the shell where it needs to be, and the glob after it is left for the shell.
     let out = args.out.to_string_lossy();
     // Points that simulated the same events are one simulation to `report`, which counts each once: name one of each.

@@ -32,6 +32,18 @@ fn report_writes_the_files_it_can_when_report_md_leads_to_a_full_device() {
     }
     let json = std::fs::read_to_string(out_dir.join("report.json")).expect("read");
     serde_json::from_str::<serde_json::Value>(&json).expect("report.json is whole");
+    // What the report found is printed before the failed write is: here an invariant broken under the rules.
+    let mut broken: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/month/month-rules.json")).expect("read"),
+    )
+    .expect("JSON");
+    broken["invariants"]["I1"]["holds"] = false.into();
+    broken["invariants"]["I1"]["violations"] = 1.into();
+    let input = dir.join("broken.json");
+    std::fs::write(&input, broken.to_string()).expect("write");
+    let out = flowsim(&["report", path_str(&input), "--out", path_str(&out_dir)]);
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("invariants broken under the rules policy: I1"), "{}", out.stdout);
 }
 
 #[cfg(madsim)]
