@@ -21,26 +21,17 @@
 //! Numbers: JSON text is read as doubles, rounded to nearest as RFC 8785 requires, except in three cases that are
 //! rejected with [`Error::NumberOutOfRange`] because rounding would silently merge distinct inputs into one key:
 //! a literal whose magnitude overflows to infinity (`1e400`), a literal with a non-zero digit that underflows to zero
-//! (`1e-400`), and a literal whose value is an integer that is not exactly its double (`9007199254740993`: a double
-//! would turn it into `...992`). The rule reads the literal's value, not its notation: `9007199254740993.0` and
-//! `9.007199254740993e15` are that same integer and rejected too, while `0.1` or `9007199254740993.5` are not
-//! integers and round. Every integer that text passes is thus its double's exact value, and two different integers
-//! never share a key. That holds at any size and in exponent notation: `1e22` and 2^64 (`18446744073709551616`) are
-//! doubles and accepted, while 10^23 (`1e23`, `100000000000000000000000`, `1.0e23`), `1E30` (in RFC 8785's own
-//! sample input), `1.5e300` and `1e308` are integers that no double equals (the double nearest 10^23 is
-//! 99999999999999991611392, which is accepted) and are rejected: send such a number as a string, or write its
-//! double's exact value. The price is that canonical text is not always accepted back as input: ECMAScript prints an
-//! integral double of 2^53 or more by its shortest round-trip digits, which are not always its value (`1e+23`,
-//! `295147905179352830000` for 2^68, `1152921504606847000` for 2^60), and those spellings are refused as text, as
-//! are the same digits from other JSON writers (JavaScript's `JSON.stringify(1e23)` is `1e+23`, serde_json's `1e23`).
-//!
-//! A parsed `serde_json::Value` (or [`crate::doc::Doc`]) has lost its notation: its doubles are doubles and always
-//! accepted, and serde_json reads the canonical text `1152921504606847000` (of the double 2^60) as that `u64`. The
-//! engine reads its own stored canonical bytes back that way, so a `u64`/`i64` of 2^53 or more in magnitude is
-//! accepted when it is its double's exact value or that double's ECMAScript spelling, and rejected otherwise (so
-//! `u64::MAX` and `2^60 + 1` are rejected, `2^60` and `1152921504606847000` accepted, both written
-//! `1152921504606847000`). serde_json reads `9007199254740993.0` as the double `...992`, so text is held to the exact
-//! rule only by [`canonicalize_bytes`].
+//! (`1e-400`), and a literal whose value is an integer that its double neither equals exactly nor spells
+//! (`9007199254740993`: a double would turn it into `...992`). The rule reads the literal's value, not its notation:
+//! `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too, while `0.1` or
+//! `9007199254740993.5` are not integers and round. "Spells" keeps the canonical form a fixed point: ECMAScript prints
+//! the double 2^68 as `295147905179352830000`, which is not its exact value (`295147905179352825856`), yet both
+//! literals are accepted and canonicalise to the former; likewise `1e23` and `100000000000000000000000` are the value
+//! of `1e+23`, the canonical spelling of the double 99999999999999991611392, and canonicalise to it. The same rule
+//! holds for a parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript
+//! spelling is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are
+//! accepted). A parsed `Value` has lost the notation of its text (serde_json reads `9007199254740993.0` as the double
+//! `...992`), so text is held to this rule only by [`canonicalize_bytes`].
 //!
 //! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
 //! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
@@ -69,7 +60,7 @@ pub enum Error {
         offset: usize,
     },
     /// A number no IEEE-754 double stands for without merging it with another input: overflow, underflow of a
-    /// non-zero literal, or an integer (in any notation) that is not exactly its double (see the module docs).
+    /// non-zero literal, or an integer (in any notation) that is not exactly a double (see the module docs).
     NumberOutOfRange {
         text: String,
         offset: usize,
@@ -416,14 +407,14 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> 
             write_i64(u as i64, out);
             return Ok(());
         }
-        return write_large_integer(i128::from(u), out).map_err(|()| out_of_range(out));
+        return write_rounded(&u.to_string(), u as f64, out).map_err(|()| out_of_range(out));
     }
     if let Some(i) = n.as_i64() {
         if i.unsigned_abs() <= EXACT_INTEGER_MAX {
             write_i64(i, out);
             return Ok(());
         }
-        return write_large_integer(i128::from(i), out).map_err(|()| out_of_range(out));
+        return write_rounded(&i.to_string(), i as f64, out).map_err(|()| out_of_range(out));
     }
     match n.as_f64() {
         Some(f) if f.is_finite() => {
@@ -435,30 +426,13 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> 
     }
 }
 
-/// Appends `f`, the double the number literal `text` rounds to, if `text` may stand for it; otherwise leaves `out`
-/// as it was. A literal whose double is below 2^53 in magnitude always may (it is an exact integer or no integer); a
-/// larger one may unless its value is an integer other than `f`'s exact value (see the module docs on numbers).
-fn write_literal(text: &str, f: f64, out: &mut Vec<u8>) -> Result<(), ()> {
-    if f.abs() >= EXACT_INTEGER_MAX as f64 {
-        let literal = Decimal::parse(text);
-        if literal.is_integer() && !literal.is_exactly(f) {
-            return Err(());
-        }
-    }
-    write_f64(f, out);
-    Ok(())
-}
-
-/// Appends the double nearest `n`, an integer of a parsed `serde_json::Value` above 2^53 in magnitude, if it is
-/// `n` exactly or ECMAScript spells it as `n` (see the module docs on numbers); otherwise leaves `out` as it was.
-fn write_large_integer(n: i128, out: &mut Vec<u8>) -> Result<(), ()> {
-    let f = n as f64;
+/// Appends `f`, the double the number literal `text` rounds to, if `text` may stand for it (see
+/// [`large_literal_stands_for`]); otherwise leaves `out` as it was. The one rule for parsed text and for a parsed
+/// `serde_json::Value`'s integers alike.
+fn write_rounded(text: &str, f: f64, out: &mut Vec<u8>) -> Result<(), ()> {
     let start = out.len();
     write_f64(f, out);
-    // `f` is an integer of at most 2^64 in magnitude: the cast back is exact, and ECMAScript spells it in plain digits
-    // (it turns to exponents only from 10^21).
-    let spelled = std::str::from_utf8(&out[start..]).ok().and_then(|s| s.parse::<i128>().ok());
-    if f as i128 == n || spelled == Some(n) {
+    if f.abs() < EXACT_INTEGER_MAX as f64 || large_literal_stands_for(text, f, &out[start..]) {
         Ok(())
     } else {
         out.truncate(start);
@@ -849,8 +823,8 @@ impl<'a> Parser<'a> {
         // below 2^53 in magnitude is such an integer or no integer at all: nothing to check, one comparison on the
         // hot path. Larger doubles take the exact check, which reads the literal's value (digits, fraction and
         // exponent), never its notation: `9007199254740993`, `9007199254740993.0` and `9.007199254740993e15` get one
-        // verdict, and so do `1e23` and `100000000000000000000000`.
-        write_literal(text, f, out).map_err(|()| out_of_range())
+        // verdict.
+        write_rounded(text, f, out).map_err(|()| out_of_range())
     }
 }
 
@@ -877,6 +851,24 @@ fn parse_f64(text: &str) -> Option<f64> {
     let sticky = if kept.len() < value.digits.len() { "1" } else { "" };
     let exponent = value.exponent.saturating_add(i64::try_from(value.digits.len()).unwrap_or(i64::MAX));
     format!("{sign}0.{kept}{sticky}0e{exponent}").parse().ok()
+}
+
+/// Whether the literal `text`, whose double `f` is at least 2^53 in magnitude and is written `canonical`, may stand
+/// for `f` (see the module docs on numbers): a literal that is not an integer rounds, as RFC 8785 requires; an integer
+/// must be `f`'s exact value or the value of `f`'s canonical spelling. The spelling is accepted so that canonical
+/// output parses back to the double it came from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23`
+/// (the spelling of 99999999999999991611392) are themselves canonical output.
+fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
+    let literal = Decimal::parse(text);
+    if !literal.is_integer() {
+        return true;
+    }
+    let canonical = std::str::from_utf8(canonical).expect("the canonical writer writes ASCII");
+    if literal == Decimal::parse(canonical) {
+        return true;
+    }
+    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits.
+    literal == Decimal::parse(&format!("{f:.0}"))
 }
 
 /// A number literal's exact value: `digits` x 10^`exponent`, with `digits` free of leading and trailing zeros (empty
@@ -924,26 +916,6 @@ impl Decimal {
         self.digits.is_empty() || self.exponent >= 0
     }
 
-    /// Whether the value is an integer and exactly the double `f`. Up to 38 digits this is integer arithmetic; beyond,
-    /// at most 309 digits are compared (a value with more integer digits than any double is told apart by its length).
-    fn is_exactly(&self, f: f64) -> bool {
-        if self.digits.is_empty() || f == 0.0 {
-            return self.digits.is_empty() && f == 0.0;
-        }
-        if self.negative != f.is_sign_negative() || self.exponent < 0 || f.fract() != 0.0 {
-            return false;
-        }
-        let integer_digits = i64::try_from(self.digits.len()).unwrap_or(i64::MAX).saturating_add(self.exponent);
-        if integer_digits <= 38 {
-            // Below 10^38 the value is a u128, and so is `f` whenever it could equal it (a double of 2^128 or more
-            // saturates the cast to `u128::MAX`, above every 38-digit value).
-            let digits = self.digits.bytes().fold(0u128, |acc, b| acc * 10 + u128::from(b - b'0'));
-            return digits * 10u128.pow(self.exponent as u32) == f.abs() as u128;
-        }
-        // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits.
-        integer_digits <= 309 && *self == Decimal::parse(&format!("{f:.0}"))
-    }
-
     /// The whole number in plain digits (with its sign), for an error message; `None` unless the value is an integer
     /// of at most 400 digits (a finite double has at most 309).
     fn integer_text(&self) -> Option<String> {
@@ -986,69 +958,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// `Decimal::is_exactly` against each double's exact value written out by Rust's exact fixed-precision
-    /// formatting: every literal whose value is that integer, in any notation, and the integers one unit away.
-    #[test]
-    fn is_exactly_compares_with_the_exact_value() {
-        let doubles = [
-            9007199254740992.0,
-            9007199254740994.0,
-            1e22,
-            1e23,
-            1e30,
-            2f64.powi(60),
-            2f64.powi(64),
-            2f64.powi(68),
-            2f64.powi(100),
-            1e37,
-            2f64.powi(127),
-            2f64.powi(128),
-            1.5e300,
-            1e308,
-            f64::MAX,
-            -1e23,
-            -2f64.powi(64),
-        ];
-        for f in doubles {
-            let exact = format!("{f:.0}");
-            let (sign, digits) = exact.strip_prefix('-').map_or(("", &exact[..]), |d| ("-", d));
-            let significant = digits.trim_end_matches('0');
-            let zeros = digits.len() - significant.len();
-            let point = format!("{}.{}", &significant[..1], &significant[1..]);
-            for text in [
-                exact.clone(),
-                format!("{exact}.000"),
-                format!("{sign}{point}e{}", digits.len() - 1),
-                format!("{sign}{point}E+{:04}", digits.len() - 1),
-                format!("{sign}{significant}e{zeros}"),
-                format!("{sign}0.{digits}e{}", digits.len()),
-                format!("{sign}{digits}0e-1"),
-            ] {
-                assert!(Decimal::parse(&text).is_exactly(f), "{text} is {f:e}");
-            }
-            // One unit above or below in the last place is another integer.
-            let last = digits.as_bytes()[digits.len() - 1];
-            let near = if last == b'9' { b'8' } else { last + 1 };
-            let other = format!("{sign}{}{}", &digits[..digits.len() - 1], char::from(near));
-            assert!(!Decimal::parse(&other).is_exactly(f), "{other} is not {f:e}");
-            // Nor is the same integer with the other sign, nor its shortest round-trip spelling unless that is exact.
-            let flipped = if sign.is_empty() { format!("-{exact}") } else { digits.to_string() };
-            assert!(!Decimal::parse(&flipped).is_exactly(f), "{flipped} is not {f:e}");
-            let shortest = format!("{f:e}");
-            assert_eq!(Decimal::parse(&shortest).is_exactly(f), Decimal::parse(&shortest) == Decimal::parse(&exact));
-        }
-        assert!(!Decimal::parse("1e23").is_exactly(1e23));
-        assert!(!Decimal::parse("100000000000000000000000").is_exactly(1e23));
-        assert!(Decimal::parse("99999999999999991611392").is_exactly(1e23));
-        assert!(Decimal::parse("1e22").is_exactly(1e22));
-        assert!(!Decimal::parse("18446744073709551615").is_exactly(2f64.powi(64)));
-        assert!(!Decimal::parse("1e400").is_exactly(f64::MAX));
-        assert!(!Decimal::parse("1e9223372036854775807").is_exactly(f64::MAX));
-        assert!(!Decimal::parse("1.5").is_exactly(1.5), "not an integer: never asked, never exact");
-        assert!(Decimal::parse("-0.0e5").is_exactly(0.0) && Decimal::parse("0").is_exactly(-0.0));
-        assert!(!Decimal::parse("0").is_exactly(1.0) && !Decimal::parse("1").is_exactly(0.0));
     }
 
     #[test]
