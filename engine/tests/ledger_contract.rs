@@ -657,6 +657,30 @@ mod sqlite_file_only {
         }
     }
 
+    /// Workers deployed together open a fresh file at once: every one opens it, and it is migrated once. (Each used
+    /// to read the version, then apply the same migration: "table steps already exists".)
+    #[test]
+    fn workers_opening_a_fresh_file_at_once_all_open_it() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("ledger.sqlite");
+            let opened: Vec<Result<(), Error>> = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..4)
+                    .map(|_| scope.spawn(|| open(&path).map(|l| l.run_status("r").map(drop)).and_then(|r| r)))
+                    .collect();
+                workers.into_iter().map(|w| w.join().expect("no worker panicked")).collect()
+            });
+            for result in opened {
+                if let Err(e) = result {
+                    panic!("round {round}: a worker could not open the fresh ledger: {e}");
+                }
+            }
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+            assert_eq!(version, engine::ledger::sqlite::SCHEMA_VERSION);
+        }
+    }
+
     #[test]
     fn a_fresh_file_gets_the_current_schema_and_wal() {
         let dir = tempfile::tempdir().unwrap();

@@ -766,7 +766,7 @@ impl SqliteLedger {
             conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(read_err)?;
         }
         // The first statement that reads the file: garbage bytes fail here with SQLITE_NOTADB.
-        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)).map_err(read_err)?;
+        let mode = switch_to_wal(&conn, options.busy_timeout_ms).map_err(read_err)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::Storage(format!("{}: could not switch to WAL mode (got {mode})", path.display())));
         }
@@ -979,7 +979,47 @@ fn fail_batch(state: &mut State, journal: bool, e: &Error) {
     }
 }
 
+/// Puts the file in WAL mode and returns the mode it is in. Switching needs the file to itself for a moment, and
+/// SQLite answers "busy" at once, without waiting `busy_timeout`, when another connection holds a lock while it
+/// switches (waiting could deadlock): workers deployed together open a fresh file at once. The switch is tried
+/// again, every 10 ms, for as long as `busy_timeout` allows, as SQLite waits for any other lock.
+fn switch_to_wal(conn: &Connection, busy_timeout_ms: u64) -> rusqlite::Result<String> {
+    let mut waited_ms = 0;
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) && waited_ms < busy_timeout_ms =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                waited_ms += 10;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn migrate(conn: &mut Connection) -> Result<()> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    // Workers deployed together open a fresh (or older) ledger at once. Each would read the version, then apply the
+    // same migration ("table steps already exists"). The version is read again under the write lock, which the
+    // others wait for (`busy_timeout`), so exactly one migrates and the others find the schema current; and it is
+    // judged there, where the version and the tables are read in one snapshot (read apart, another worker's
+    // migration between them made a fresh file look like a database with tables and no version).
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(storage)?;
+    let found = schema_version(&tx)?;
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(migration).map_err(storage)?;
+        tx.pragma_update(None, "user_version", from as i64 + 1).map_err(storage)?;
+    }
+    tx.commit().map_err(storage)
+}
+
+/// The ledger schema version of `conn`'s file, refusing one this build cannot migrate: newer, negative, or a
+/// database that has tables but no version (not a ledger).
+fn schema_version(conn: &Connection) -> Result<i64> {
     let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
     if found > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
@@ -993,13 +1033,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
             return Err(corrupt("a SQLite database with tables but no ledger schema version: not a ledger"));
         }
     }
-    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        let tx = conn.transaction().map_err(storage)?;
-        tx.execute_batch(migration).map_err(storage)?;
-        tx.pragma_update(None, "user_version", from as i64 + 1).map_err(storage)?;
-        tx.commit().map_err(storage)?;
-    }
-    Ok(())
+    Ok(found)
 }
 
 // --- rows ---------------------------------------------------------------------------------------------------------
