@@ -368,3 +368,123 @@ fn a_reader_gone_from_either_stream_changes_no_exit_code() {
     let refused = spawn(&["paused", "--ledger", missing.to_str().unwrap()], false);
     assert_eq!(refused, Some(2));
 }
+
+/// Reads back a field of `flow paused` as its documentation says it is written: `\\`, `\t`, `\n`, `\r`, `\u{HEX}`.
+fn unescape(field: &str) -> String {
+    let mut out = String::new();
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('\\') => out.push('\\'),
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('u') => {
+                assert_eq!(chars.next(), Some('{'), "{field}");
+                let hex: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+            }
+            other => panic!("{field}: no escape \\{other:?}"),
+        }
+    }
+    out
+}
+
+/// A run id, workflow name or reason holding a newline or a tab cannot forge a line or a column of `flow paused`
+/// (it used to: an id `evil\nrun-2\twf\tfake reason` listed a run `run-2` the ledger does not hold), nor break the
+/// line `resolve` answers with or a message: each field is escaped, so a script splitting on lines and tabs reads
+/// every field back whole. Plain ids print as they did.
+#[test]
+fn paused_and_resolve_escape_what_would_forge_a_line_or_a_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let forged = "evil\nrun-2\twf\tfake reason";
+    let odd = ["back\\slash", "esc\u{1b}[31mred", "cr\r\u{85}\u{2028}\u{202e}lrm\u{7f}", "ünï\u{301}cödé 名前"];
+    let mut ids = vec!["plain-1", forged];
+    ids.extend(odd);
+    let ledger = ledger_with_paused_runs(&path, &ids);
+    // A workflow name and a reason with a tab and a newline in them.
+    let run = engine::ledger::RunRecord {
+        run_id: "plain-2".into(),
+        workflow: "w\tf\nx".into(),
+        status: RunStatus::Running,
+        trigger: b"{}".to_vec(),
+        reason: None,
+        created_ms: 1,
+        updated_ms: 1,
+    };
+    assert!(ledger.create_run(run).unwrap());
+    let reason = format!("line one\nline two\tcolumn [key {}]", "cd".repeat(32));
+    ledger.set_run_status("plain-2", RunStatus::Paused, Some(&reason), 2).unwrap();
+
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", file]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), ids.len() + 1, "one line per paused run: {stdout}");
+    let mut listed = std::collections::BTreeMap::new();
+    for line in &lines {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 3, "three columns: {line:?}");
+        assert!(!fields.concat().chars().any(char::is_control), "{line:?}");
+        listed.insert(unescape(fields[0]), (unescape(fields[1]), unescape(fields[2])));
+    }
+    let mut expected: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    expected.push("plain-2".into());
+    expected.sort();
+    assert_eq!(listed.keys().cloned().collect::<Vec<_>>(), expected);
+    assert_eq!(listed["plain-2"], ("w\tf\nx".to_string(), reason));
+    let standard = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
+    assert!(lines.contains(&format!("plain-1\twf\t{standard}").as_str()), "a plain id as before: {stdout}");
+    assert!(lines.contains(&format!("evil\\nrun-2\\twf\\tfake reason\twf\t{standard}").as_str()), "{stdout}");
+    assert!(lines.contains(&format!("back\\\\slash\twf\t{standard}").as_str()), "{stdout}");
+    assert!(lines.contains(&format!("esc\\u{{1b}}[31mred\twf\t{standard}").as_str()), "{stdout}");
+    assert!(
+        lines.contains(&format!("plain-2\tw\\tf\\nx\tline one\\nline two\\tcolumn [key {}]", "cd".repeat(32)).as_str())
+    );
+    assert!(lines.contains(&format!("ünï\u{301}cödé 名前\twf\t{standard}").as_str()), "printable text as it is");
+
+    // `resolve` takes the id itself and answers on one line, the id escaped; a plain id as before.
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", forged, "--retry", "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (0, "run evil\\nrun-2\\twf\\tfake reason is now running\n"), "{stderr}");
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "plain-1", "--abort", "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (0, "run plain-1 is now failed\n"), "{stderr}");
+    // A message on standard error is one line too, whatever the id or the file's name holds.
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "no\nsuch\trun", "--retry", "--by", "ann"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(r#"no run "no\nsuch\trun""#), "{stderr}");
+    let odd_file = dir.path().join("a\nb\tc.db");
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", odd_file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("a\\nb\\tc.db"), "{stderr}");
+}
+
+/// A step's output that is a negative number is given as one: `--mark-done -1` (it used to be refused as an unknown
+/// flag, while `--mark-done=-1` was taken).
+#[test]
+fn mark_done_takes_a_value_that_starts_with_a_hyphen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_with_paused_runs(&path, &["r1", "r2", "r3"]);
+    for (run, args, output) in [
+        ("r1", &["--mark-done", "-1"][..], serde_json::json!(-1)),
+        ("r2", &["--mark-done", "-2.5e1"], serde_json::json!(-25)),
+        ("r3", &["--mark-done=-3"], serde_json::json!(-3)),
+    ] {
+        let mut all = vec!["resolve", "--ledger", file, "--run", run];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--by", "ann"]);
+        let (code, stdout, stderr) = flow(&all);
+        assert_eq!(code, 0, "{all:?}: {stdout}{stderr}");
+        assert_eq!(stdout, format!("run {run} is now running\n"));
+        assert_eq!(ledger.resolutions(run).unwrap()[0].resolution, Resolution::MarkDone { output }, "{all:?}");
+    }
+}

@@ -5,6 +5,14 @@
 //! flow resolve --ledger FILE --run ID (--mark-done JSON | --retry | --abort) --by NAME
 //! ```
 //!
+//! `paused` writes one line per run, its id, workflow and reason separated by tabs. Each field is escaped so that
+//! neither a line nor a column can be forged by what it holds: a backslash is written `\\`, a tab `\t`, a newline
+//! `\n`, a carriage return `\r`, and any other control character, a line or paragraph separator (U+2028, U+2029) or
+//! a bidirectional formatting character as `\u{HEX}` (as Rust writes it, e.g. `\u{1b}`); everything else, a plain id
+//! whole, is written as it is. `resolve` says the run it recorded the decision for the same way, and every message on
+//! standard error is one line (control characters in it written as `\u{HEX}`, `\t`, `\n`, `\r`). `--run` takes
+//! the id itself, not the listing's escaped form (in a POSIX shell, `$'a\tb'` is the id `a`, a tab, `b`).
+//!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
 //! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
@@ -28,7 +36,9 @@ use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
 use engine::ledger::sqlite::{MIGRATIONS, OpenFailure, Options, SCHEMA_VERSION, SqliteLedger, open_failure};
 use engine::ledger::{Error as LedgerError, Ledger, Resolution};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,7 +52,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// List paused runs: id, workflow, reason.
+    /// List paused runs, one a line: id, workflow, reason, separated by tabs (control characters escaped).
+    ///
+    /// A field is escaped so that what it holds cannot forge a line or a column: a backslash is written `\\`, a tab
+    /// `\t`, a newline `\n`, a carriage return `\r`, any other control character, U+2028, U+2029 and the
+    /// bidirectional formatting characters `\u{HEX}` (e.g. `\u{1b}`). A plain id is written as it is. Give
+    /// `resolve --run` the id itself, not its escaped form.
     Paused {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
@@ -54,11 +69,11 @@ enum Command {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
         ledger: PathBuf,
-        /// The paused run's id (as `flow paused` lists it).
+        /// The paused run's id (as `flow paused` lists it, unescaped: `$'a\tb'` in a POSIX shell for `a\tb`).
         #[arg(long, value_name = "ID")]
         run: String,
-        /// The effect happened: this JSON is the step's output.
-        #[arg(long, value_name = "JSON")]
+        /// The effect happened: this JSON is the step's output (it may start with `-`: `--mark-done -1`).
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         mark_done: Option<String>,
         /// Send it once more.
         #[arg(long)]
@@ -236,7 +251,8 @@ fn main() -> ExitCode {
             for id in ids {
                 let written = match ledger.get_run(&id) {
                     Ok(Some(run)) => {
-                        writeln!(out, "{}\t{}\t{}", run.run_id, run.workflow, run.reason.unwrap_or_default())
+                        let reason = run.reason.unwrap_or_default();
+                        writeln!(out, "{}\t{}\t{}", field(&run.run_id), field(&run.workflow), field(&reason))
                     }
                     Ok(None) => Ok(()),
                     Err(e) => return fail(1, &format!("{}: {e}", path.display())),
@@ -294,7 +310,7 @@ fn main() -> ExitCode {
             };
             match engine::executor::record_resolution(&ledger, &run, &resolution, &by, SystemClock.now_ms()) {
                 // The decision is recorded: a reader gone from standard output changes nothing about that.
-                Ok(status) => match writeln!(std::io::stdout(), "run {run} is now {}", status.as_str()) {
+                Ok(status) => match writeln!(std::io::stdout(), "run {} is now {}", field(&run), status.as_str()) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => output_failed(&e),
                 },
@@ -314,9 +330,50 @@ fn parse_output(json: &str) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&canonical).map_err(|e| e.to_string())
 }
 
-/// Says `message` on standard error (quietly dropped, not a panic, when standard error is gone) and exits `code`.
+/// Whether `c` is written escaped in a field of `flow`'s output ([`field`]): a backslash (so that an escape can be
+/// read back), a control character (C0, DEL, C1: a tab or newline would forge a column or a line, an escape sequence
+/// would rewrite the terminal), a line or paragraph separator (some readers split lines at them) and the
+/// bidirectional formatting characters (they reorder what a terminal shows, across tabs).
+fn escaped(c: char) -> bool {
+    c == '\\'
+        || c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` as one field of `flow`'s output, escaped so that it is one field on one line: `\\`, `\t`, `\n`, `\r`, and
+/// `\u{HEX}` for every other character [`escaped`] names; a text with none of them is written as it is.
+fn field(text: &str) -> Cow<'_, str> {
+    escape(text, true)
+}
+
+/// [`field`], leaving a backslash as it is when `backslash` is false.
+fn escape(text: &str, backslash: bool) -> Cow<'_, str> {
+    let needs = |c: char| escaped(c) && (backslash || c != '\\');
+    if !text.chars().any(needs) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !needs(c) => out.push(c),
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Says `message` on standard error, on one line (a control character in it, from a file name or a ledger's message,
+/// written as [`field`] writes it; backslashes, which quoted names in it use, are left as they are), and exits `code`.
+/// A standard error that is gone drops the message quietly, not a panic.
 fn fail(code: u8, message: &str) -> ExitCode {
-    let _ = writeln!(std::io::stderr(), "flow: {message}");
+    let _ = writeln!(std::io::stderr(), "flow: {}", escape(message, false));
     ExitCode::from(code)
 }
 
