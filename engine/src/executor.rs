@@ -407,13 +407,19 @@ pub fn record_resolution(
     let at_ms = now_ms.max(last_attempt_ms + 1);
     let record =
         ResolutionRecord { run_id: run_id.to_string(), key, resolution: resolution.clone(), by: by.to_string(), at_ms };
-    ledger.record_resolution(&record)?;
-    if *resolution == Resolution::Abort {
-        ledger.set_run_status(run_id, RunStatus::Failed, Some(&format!("aborted by {by}")), at_ms)?;
-        return Ok(RunStatus::Failed);
+    let (status, reason) = match resolution {
+        Resolution::Abort => (RunStatus::Failed, Some(format!("aborted by {by}"))),
+        Resolution::MarkDone { .. } | Resolution::Retry => (RunStatus::Running, None),
+    };
+    // The ledger files the decision and moves the run on in one transaction, and only if the run still waits for
+    // it: between `resolvable` above and this write, another person may have decided.
+    match ledger.record_resolution(&record, status, reason.as_deref()) {
+        Ok(()) => Ok(status),
+        Err(ledger::Error::Superseded { run_id, status }) if status != RunStatus::Paused => {
+            Err(Error::NotPaused { run_id, status })
+        }
+        Err(e) => Err(e.into()),
     }
-    ledger.set_run_status(run_id, RunStatus::Running, None, at_ms)?;
-    Ok(RunStatus::Running)
 }
 
 /// The key named at the end of a pause reason, `... [key <64 hex digits>]`.

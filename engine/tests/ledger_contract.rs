@@ -89,6 +89,7 @@ contract!(
     expire_inbox,
     resolutions,
     a_resolution_must_name_a_person,
+    a_decision_is_filed_once_and_only_while_the_run_waits_for_it,
     forget_run_drops_everything_of_the_run,
     reopen_keeps_everything,
     inspect_outcome_lends_status_and_output,
@@ -126,6 +127,15 @@ fn run_of(run_id: &str, status: RunStatus) -> RunRecord {
         created_ms: 5,
         updated_ms: 5,
     }
+}
+
+/// Pauses run `run_id` (creating it if needed) at `key`, its reason naming the key as the engine's does, so that a
+/// person's decision about it may be filed.
+fn paused_at(l: &dyn Ledger, run_id: &str, key: Key) {
+    if l.get_run(run_id).unwrap().is_none() {
+        l.create_run(run_of(run_id, RunStatus::Running)).unwrap();
+    }
+    l.set_run_status(run_id, RunStatus::Paused, Some(&format!("payout timed out [key {key}]")), 6).unwrap();
 }
 
 fn succeeded(output: &str) -> Completion {
@@ -491,7 +501,8 @@ fn resolutions(f: Fixture) {
         ResolutionRecord { run_id: "r2".into(), key: key(1), resolution: Resolution::Abort, by: "cy".into(), at_ms: 1 },
     ];
     for r in &records {
-        l.record_resolution(r).unwrap();
+        paused_at(l, &r.run_id, r.key);
+        l.record_resolution(r, RunStatus::Running, None).unwrap();
     }
     assert_eq!(l.resolutions("r1").unwrap(), records[..2], "in the order recorded");
     assert_eq!(l.resolutions("r2").unwrap(), records[2..]);
@@ -509,13 +520,14 @@ fn a_resolution_must_name_a_person(f: Fixture) {
             at_ms: 2,
         };
         assert_err(
-            l.record_resolution(&record),
+            l.record_resolution(&record, RunStatus::Failed, Some("aborted")),
             &Error::Invalid {
                 detail: format!("a resolution of run \"r1\" must name the person deciding (`by` is {by:?})"),
             },
         );
     }
     assert_eq!(l.resolutions("r1").unwrap(), []);
+    paused_at(l, "r1", key(1));
     let named = ResolutionRecord {
         run_id: "r1".into(),
         key: key(1),
@@ -523,8 +535,54 @@ fn a_resolution_must_name_a_person(f: Fixture) {
         by: " ann ".into(),
         at_ms: 2,
     };
-    l.record_resolution(&named).unwrap();
+    l.record_resolution(&named, RunStatus::Failed, Some("aborted by ann")).unwrap();
     assert_eq!(l.resolutions("r1").unwrap(), [named]);
+}
+
+/// A person's decision is filed only while its run waits for it, and moves the run on in the same write: of two
+/// people deciding about one pause, the second is refused (the engine applies the last decision filed, so it would
+/// have replaced the first), as is a decision about a pause the run has since left for another.
+fn a_decision_is_filed_once_and_only_while_the_run_waits_for_it(f: Fixture) {
+    let l = &*f.ledger;
+    let decision = |key: Key, resolution: Resolution, by: &str, at_ms: u64| ResolutionRecord {
+        run_id: "r1".into(),
+        key,
+        resolution,
+        by: by.into(),
+        at_ms,
+    };
+    let done = decision(key(1), Resolution::MarkDone { output: serde_json::json!({"id": "msg_1"}) }, "ann", 10);
+    assert_err(l.record_resolution(&done, RunStatus::Running, None), &Error::NotFound { what: "run r1".into() });
+    paused_at(l, "r1", key(1));
+    l.record_resolution(&done, RunStatus::Running, None).unwrap();
+    let run = l.get_run("r1").unwrap().unwrap();
+    assert_eq!((run.status, run.reason, run.updated_ms), (RunStatus::Running, None, 10));
+    assert_eq!(l.unfinished_runs().unwrap(), ["r1"]);
+    assert_eq!(l.paused_runs().unwrap(), Vec::<String>::new());
+    // Bob decided on the same pause a moment later: refused, nothing written.
+    let retry = decision(key(1), Resolution::Retry, "bob", 11);
+    assert_err(
+        l.record_resolution(&retry, RunStatus::Running, None),
+        &Error::Superseded { run_id: "r1".into(), status: RunStatus::Running },
+    );
+    assert_eq!(l.resolutions("r1").unwrap(), std::slice::from_ref(&done));
+    // The run paused again at another step: a decision about the first pause is refused there too.
+    paused_at(l, "r1", key(2));
+    assert_err(
+        l.record_resolution(&retry, RunStatus::Running, None),
+        &Error::Superseded { run_id: "r1".into(), status: RunStatus::Paused },
+    );
+    let abort = decision(key(2), Resolution::Abort, "bob", 12);
+    l.record_resolution(&abort, RunStatus::Failed, Some("aborted by bob")).unwrap();
+    let run = l.get_run("r1").unwrap().unwrap();
+    assert_eq!((run.status, run.reason.as_deref()), (RunStatus::Failed, Some("aborted by bob")));
+    assert_eq!(l.unfinished_runs().unwrap(), Vec::<String>::new());
+    assert_eq!(l.resolutions("r1").unwrap(), [done, abort]);
+    // A name with a line break would forge lines wherever decisions are listed.
+    paused_at(l, "r2", key(3));
+    let forged = ResolutionRecord { run_id: "r2".into(), ..decision(key(3), Resolution::Retry, "ann\nbob", 13) };
+    assert!(matches!(l.record_resolution(&forged, RunStatus::Running, None), Err(Error::Invalid { .. })));
+    assert_eq!(l.run_status("r2").unwrap(), Some(RunStatus::Paused));
 }
 
 fn forget_run_drops_everything_of_the_run(f: Fixture) {
@@ -541,14 +599,15 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
         l.record_plan(run_id, &key(first + 50), b"p", 1).unwrap();
         l.record_plan(run_id, &key(first + 60), b"p", 1).unwrap();
         granted(l.claim(&claim_of(key(first + 60), run_id, "w", 0, 0)));
-        l.record_resolution(&ResolutionRecord {
+        paused_at(l, run_id, key(first));
+        let retry = ResolutionRecord {
             run_id: run_id.into(),
             key: key(first),
             resolution: Resolution::Retry,
             by: "p".into(),
             at_ms: 1,
-        })
-        .unwrap();
+        };
+        l.record_resolution(&retry, RunStatus::Running, None).unwrap();
     }
     l.forget_run("gone").unwrap();
     l.forget_run("never-existed").unwrap();
@@ -579,12 +638,13 @@ fn reopen_keeps_everything(f: Fixture) {
     l.complete(&k, 1, succeeded("out"), 1).unwrap();
     granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
     l.record_plan("run-1", &k, b"plan", 2).unwrap();
-    l.create_run(run_of("run-1", RunStatus::Paused)).unwrap();
+    paused_at(l, "run-1", k);
     let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
     l.intake(&d, run_of("run-2", RunStatus::Pending)).unwrap();
     let res =
         ResolutionRecord { run_id: "run-1".into(), key: k, resolution: Resolution::Abort, by: "p".into(), at_ms: 4 };
-    l.record_resolution(&res).unwrap();
+    l.record_resolution(&res, RunStatus::Failed, Some("aborted by p")).unwrap();
+    paused_at(l, "run-4", key(2));
     l.flush().unwrap();
     let before =
         (l.get(&k).unwrap(), l.get(&key(2)).unwrap(), l.get_run("run-1").unwrap(), l.get_run("run-2").unwrap());
@@ -598,7 +658,8 @@ fn reopen_keeps_everything(f: Fixture) {
         Intake::Duplicate { run_id: "run-2".into() }
     );
     assert_eq!(l.resolutions("run-1").unwrap(), [res]);
-    assert_eq!(l.paused_runs().unwrap(), ["run-1"]);
+    assert_eq!(l.get_run("run-1").unwrap().map(|r| r.status), Some(RunStatus::Failed));
+    assert_eq!(l.paused_runs().unwrap(), ["run-4"]);
     assert_eq!(l.unfinished_runs().unwrap(), ["run-2"]);
 }
 
@@ -807,9 +868,9 @@ fn memory_forget_run_leaves_no_entry_behind() {
             by: "p".into(),
             at_ms: 1,
         };
-        l.record_resolution(&resolution).unwrap();
+        paused_at(&l, &run_id, key(0));
+        l.record_resolution(&resolution, RunStatus::Failed, Some("aborted")).unwrap();
         l.record_plan(&run_id, &key(200), b"p", 1).unwrap();
-        l.set_run_status(&run_id, RunStatus::Failed, Some("aborted"), 2).unwrap();
         assert!(l.entry_count() > 0);
         l.forget_run(&run_id).unwrap();
         assert_eq!(l.entry_count(), 0, "run {run} left entries behind");

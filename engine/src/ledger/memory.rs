@@ -415,9 +415,20 @@ impl Ledger for MemoryLedger {
         Ok((expired + (rejected_before - inner.rejected.len())) as u64)
     }
 
-    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+    fn record_resolution(&self, resolution: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()> {
         resolution.check()?;
-        self.lock().resolutions.entry(resolution.run_id.clone()).or_default().push(resolution.clone());
+        let mut inner = self.lock();
+        let run_id = resolution.run_id.as_str();
+        let Some(run) = inner.runs.get_mut(run_id) else {
+            return Err(Error::NotFound { what: format!("run {run_id}") });
+        };
+        resolution.check_waited_for(run.status, run.reason.as_deref())?;
+        let old = run.status;
+        run.status = status;
+        run.reason = reason.map(str::to_owned);
+        run.updated_ms = resolution.at_ms;
+        inner.set_run_indexes(run_id, Some(old), status);
+        inner.resolutions.entry(resolution.run_id.clone()).or_default().push(resolution.clone());
         Ok(())
     }
 

@@ -261,7 +261,8 @@ pub fn names_someone(name: &str) -> bool {
 }
 
 impl ResolutionRecord {
-    /// Refuses a record that names no one: an empty or blank `by` would file a person's decision anonymously.
+    /// Refuses a record that names no one: an empty or blank `by` would file a person's decision anonymously, and
+    /// one with a control character (a line break, a tab) would forge lines and columns wherever it is listed.
     pub(crate) fn check(&self) -> Result<()> {
         if !names_someone(&self.by) {
             return Err(Error::Invalid {
@@ -271,7 +272,26 @@ impl ResolutionRecord {
                 ),
             });
         }
+        if self.by.chars().any(char::is_control) {
+            return Err(Error::Invalid {
+                detail: format!(
+                    "a resolution of run {:?} names the person deciding on one line, without control characters \
+                     (`by` is {:?})",
+                    self.run_id, self.by
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// Refuses this decision unless its run, now in `status` (paused for `reason`), still waits for it: paused at
+    /// the key the decision names (the pause reason ends `[key <hex>]`).
+    pub(crate) fn check_waited_for(&self, status: RunStatus, reason: Option<&str>) -> Result<()> {
+        let at_key = reason.is_some_and(|reason| reason.ends_with(&format!("[key {}]", self.key)));
+        if status == RunStatus::Paused && at_key {
+            return Ok(());
+        }
+        Err(Error::Superseded { run_id: self.run_id.clone(), status })
     }
 }
 
@@ -295,6 +315,9 @@ pub enum Error {
     Storage(String),
     /// The caller's request is malformed (a resolution that names no person); nothing was written.
     Invalid { detail: String },
+    /// A person's decision about a run that no longer waits for it: another decision was recorded first (the run is
+    /// now `status`), or the run has paused again at another step since. Nothing was written.
+    Superseded { run_id: String, status: RunStatus },
 }
 
 impl std::fmt::Display for Error {
@@ -318,6 +341,16 @@ impl std::fmt::Display for Error {
             Error::Corrupt { detail } => write!(f, "the ledger file is corrupt or not a ledger: {detail}"),
             Error::Storage(detail) => write!(f, "ledger storage error: {detail}"),
             Error::Invalid { detail } => write!(f, "refused: {detail}"),
+            Error::Superseded { run_id, status: RunStatus::Paused } => write!(
+                f,
+                "run {run_id:?} has paused at another step since this decision was made: nothing was recorded; \
+                 look again (`flow paused`)"
+            ),
+            Error::Superseded { run_id, status } => write!(
+                f,
+                "run {run_id:?} is {} now, not paused: another decision was recorded first; nothing was recorded",
+                status.as_str()
+            ),
         }
     }
 }
@@ -388,9 +421,13 @@ pub trait Ledger: Send + Sync {
     fn expire_inbox(&self, before_ms: u64) -> Result<u64>;
 
     // --- people -----------------------------------------------------------------------------------------------
-    /// Records a person's decision. A record whose `by` is empty or blank is refused with [`Error::Invalid`] and
-    /// nothing is written.
-    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()>;
+    /// Records a person's decision about a paused run and sets the run to `status` with `reason` (updated at the
+    /// decision's `at_ms`), in one transaction, and only if the run still waits for it: paused at the decision's key
+    /// ([`Error::Superseded`] otherwise). Two people deciding at once must not both be accepted: the engine applies
+    /// the last decision filed for a key, so the second would silently replace the first (a retry filed after a
+    /// mark-done would send the email again). A record whose `by` names no one is refused with [`Error::Invalid`].
+    /// A refusal writes nothing.
+    fn record_resolution(&self, resolution: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()>;
     fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>>;
 
     // --- housekeeping -----------------------------------------------------------------------------------------

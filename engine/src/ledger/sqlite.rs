@@ -1349,6 +1349,57 @@ fn known_step<'c>(conn: &Connection, cache: &'c Cache, key: &Key) -> Result<Opti
     Ok(Some(known))
 }
 
+/// Sets run `run_id` to `status` (`reason`, `now_ms`) and keeps the cache up to date; returns when the write must
+/// commit. [`Ledger::set_run_status`], and a person's decision inside its own transaction.
+fn update_run_status(
+    conn: &Connection,
+    cache: &mut Cache,
+    run_id: &str,
+    status: RunStatus,
+    reason: Option<&str>,
+    now_ms: u64,
+) -> Result<Commit> {
+    // Whether the run is unfinished now, when the cache knows: then one statement does.
+    let unfinished_now = match known_run(conn, cache, run_id)? {
+        Some(Some(run)) => Some(run.status.is_unfinished()),
+        Some(None) => return Err(Error::NotFound { what: format!("run {run_id}") }),
+        None => None,
+    };
+    let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
+    let update = |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values)).map_err(storage);
+    // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
+    // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
+    // second sets every column: when the first finds the run not unfinished, the two together write what the
+    // second alone would.
+    const STAYS: &str =
+        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1";
+    const ENTERS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1";
+    const LEAVES: &str =
+        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1";
+    let updated = match (unfinished_column(status), unfinished_now) {
+        (Some(_), Some(true)) => update(STAYS)?,
+        (Some(_), Some(false)) => update(ENTERS)?,
+        (Some(_), None) => match update(STAYS)? {
+            0 => update(ENTERS)?,
+            n => n,
+        },
+        (None, _) => update(LEAVES)?,
+    };
+    if updated == 0 {
+        return Err(Error::NotFound { what: format!("run {run_id}") });
+    }
+    if let Cached::Hit(run) = cache.run_mut(run_id) {
+        run.status = status;
+        run.reason = reason.map(str::to_owned);
+        run.updated_ms = now_ms;
+    }
+    let commit = match status {
+        RunStatus::Pending | RunStatus::Running => Commit::MayWait,
+        RunStatus::Paused | RunStatus::Succeeded | RunStatus::Failed => Commit::Now,
+    };
+    Ok(commit)
+}
+
 /// [`known_step`] for a run row.
 fn known_run<'c>(conn: &Connection, cache: &'c Cache, run_id: &str) -> Result<Option<Option<&'c RunRecord>>> {
     let known = match cache.run(run_id) {
@@ -1637,49 +1688,7 @@ impl Ledger for SqliteLedger {
     }
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        self.write_one_cached(|conn, cache| {
-            // Whether the run is unfinished now, when the cache knows: then one statement does.
-            let unfinished_now = match known_run(conn, cache, run_id)? {
-                Some(Some(run)) => Some(run.status.is_unfinished()),
-                Some(None) => return Err(Error::NotFound { what: format!("run {run_id}") }),
-                None => None,
-            };
-            let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
-            let update =
-                |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values)).map_err(storage);
-            // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
-            // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
-            // second sets every column: when the first finds the run not unfinished, the two together write what the
-            // second alone would.
-            const STAYS: &str =
-                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1";
-            const ENTERS: &str =
-                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1";
-            const LEAVES: &str =
-                "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1";
-            let updated = match (unfinished_column(status), unfinished_now) {
-                (Some(_), Some(true)) => update(STAYS)?,
-                (Some(_), Some(false)) => update(ENTERS)?,
-                (Some(_), None) => match update(STAYS)? {
-                    0 => update(ENTERS)?,
-                    n => n,
-                },
-                (None, _) => update(LEAVES)?,
-            };
-            if updated == 0 {
-                return Err(Error::NotFound { what: format!("run {run_id}") });
-            }
-            if let Cached::Hit(run) = cache.run_mut(run_id) {
-                run.status = status;
-                run.reason = reason.map(str::to_owned);
-                run.updated_ms = now_ms;
-            }
-            let commit = match status {
-                RunStatus::Pending | RunStatus::Running => Commit::MayWait,
-                RunStatus::Paused | RunStatus::Succeeded | RunStatus::Failed => Commit::Now,
-            };
-            Ok(((), commit))
-        })
+        self.write_one_cached(|conn, cache| Ok(((), update_run_status(conn, cache, run_id, status, reason, now_ms)?)))
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {
@@ -1756,25 +1765,35 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn record_resolution(&self, resolution: &ResolutionRecord) -> Result<()> {
+    fn record_resolution(&self, resolution: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()> {
         resolution.check()?;
         let json = serde_json::to_string(&resolution.resolution)
             .map_err(|e| Error::Storage(format!("cannot encode a resolution: {e}")))?;
-        self.write_one_cached(|conn, cache| {
+        // One transaction, begun IMMEDIATE: the run is read under the write lock, so of two people deciding at once
+        // (two `flow resolve` processes) the second reads the first's decision and is refused.
+        self.write_cached(|conn, cache| {
+            let run_id = resolution.run_id.as_str();
+            let loaded;
+            let run = match known_run(conn, cache, run_id)? {
+                Some(known) => known,
+                None => {
+                    loaded = load_run(conn, run_id)?;
+                    loaded.as_ref()
+                }
+            };
+            let Some(run) = run else {
+                return Err(Error::NotFound { what: format!("run {run_id}") });
+            };
+            resolution.check_waited_for(run.status, run.reason.as_deref())?;
             let mut stmt = conn
                 .prepare_cached(
                     "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
                 .map_err(storage)?;
-            stmt.execute(params![
-                resolution.run_id,
-                &resolution.key.0[..],
-                json,
-                resolution.by,
-                to_sql(resolution.at_ms)
-            ])
-            .map_err(storage)?;
-            cache.note_row(&resolution.run_id, |rows| &mut rows.resolutions);
+            stmt.execute(params![run_id, &resolution.key.0[..], json, resolution.by, to_sql(resolution.at_ms)])
+                .map_err(storage)?;
+            cache.note_row(run_id, |rows| &mut rows.resolutions);
+            update_run_status(conn, cache, run_id, status, reason, resolution.at_ms)?;
             Ok(((), Commit::Now))
         })
     }
