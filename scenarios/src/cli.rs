@@ -193,15 +193,24 @@ fn canon() -> i32 {
         Err(code) => return code,
     };
     match engine::canonical::canonicalize_bytes(&input) {
-        Ok(bytes) => {
-            let mut out = std::io::stdout().lock();
-            if out.write_all(&bytes).and_then(|_| out.flush()).is_err() {
-                return 2;
-            }
-            0
-        }
+        Ok(bytes) => write_answer("canon", &bytes),
         Err(e) => {
             errln!("flowsim canon: {e}");
+            2
+        }
+    }
+}
+
+/// Writes the one answer of `canon` or `key` to standard output. The answer is the whole point of the command, so a
+/// failed write exits 2 (a closed pipe quietly, anything else, such as a full disk, said on standard error).
+fn write_answer(command: &str, bytes: &[u8]) -> i32 {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                errln!("flowsim {command}: cannot write standard output: {e}");
+            }
             2
         }
     }
@@ -246,8 +255,7 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
             }
         }
     };
-    outln!("{key}");
-    0
+    write_answer("key", format!("{key}\n").as_bytes())
 }
 
 /// What is wrong with `key`'s arguments, if anything: an empty run or step id, or a volatile path with an empty

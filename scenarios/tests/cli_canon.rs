@@ -174,3 +174,27 @@ fn bad_input_exits_2_even_when_standard_error_is_gone() {
         assert_eq!(status.code(), Some(2), "{command:?}");
     }
 }
+
+/// The answer is the whole point of `canon` and `key`: one that cannot be written (a full disk) exits 2 and says so.
+/// (`key` printed the error and exited 0.)
+#[test]
+fn an_answer_that_cannot_be_written_exits_2() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    for command in [&["canon"][..], &["key", "--run", "r", "--step", "s"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(full.try_clone().expect("a second handle")))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the flowsim binary runs");
+        child.stdin.take().expect("stdin is piped").write_all(br#"{"a":1}"#).expect("input written");
+        let out = child.wait_with_output().expect("flowsim finishes");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(stderr.contains("cannot write standard output"), "{command:?}: {stderr}");
+    }
+}
