@@ -40,7 +40,7 @@ enum Command {
         #[arg(long)]
         trace: Option<std::path::PathBuf>,
         /// With --trace: write every event of this run instead (from its start).
-        #[arg(long, requires = "trace", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        #[arg(long, requires = "trace", value_parser = run_id_arg)]
         trace_run: Option<String>,
         /// Run twice and compare trace hashes and results (I9).
         #[arg(long)]
@@ -101,6 +101,15 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         volatile: Vec<String>,
     },
+}
+
+/// A run id on the command line: not blank (no run is named so, and a typo that left it blank would run the whole
+/// simulation to find nothing).
+fn run_id_arg(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err(format!("{value:?} is blank: give the run's id (as the trace names it, e.g. run-7)"));
+    }
+    Ok(value.to_owned())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -109,7 +109,7 @@ pub fn steps_in_range(what: &str, steps: u64) -> Result<u64, String> {
     match steps {
         0 => Err(format!("{what} must be at least 1")),
         s if s > STEPS_MAX => Err(format!(
-            "{what} = {s} is more than {STEPS_MAX} (10^12: weeks of CPU time; one command of this build simulates at \
+            "{what} = {s} is more than {STEPS_MAX} (10^12: weeks of CPU time; one simulation of this build takes at \
              most that many steps)"
         )),
         s => Ok(s),

@@ -145,6 +145,18 @@ fn bad_scenario_and_knob_are_exit_2_with_a_message() {
         assert!(stderr.contains(&*file.to_string_lossy()) && stderr.contains(says), "{name}: {stderr}");
         assert!(!stdout.contains("trace hash"), "{name}: {stdout}");
     }
+    // A blank run id for --trace-run names no run: refused before the simulation (it ran to the end to find none).
+    for blank in ["", "  "] {
+        let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--steps", "200", "--trace", "t.txt", "--trace-run", blank])
+            .current_dir(dir.path())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{blank:?}: {stderr}");
+        assert!(stderr.contains("is blank: give the run's id"), "{blank:?}: {stderr}");
+        assert!(!dir.path().join("t.txt").exists());
+    }
 }
 
 #[test]
