@@ -999,12 +999,19 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
         return Err(format!("auto_retry_coverage = {} is not a share between 0 and 1", r.auto_retry_coverage));
     }
     const CLASSES: [&str; 4] = ["keyed", "lookup-before-create", "at-most-once", "canary"];
+    let merged = r.merged_runs > 1;
     for (name, a) in &r.actions {
-        if !CLASSES.contains(&a.class.as_str()) && a.class != MIXED {
+        if !CLASSES.contains(&a.class.as_str()) && !(merged && a.class == MIXED) {
             return Err(format!(
                 "action {name:?} has the class {:?}, not one of {} (or {MIXED} in a merge)",
                 a.class,
                 CLASSES.join(", ")
+            ));
+        }
+        if a.duplicates > a.effects {
+            return Err(format!(
+                "action {name:?} has duplicates = {}, more than its effects = {} (a duplicate is an effect)",
+                a.duplicates, a.effects
             ));
         }
         if a.residual_duplicates > a.duplicates {
@@ -1013,6 +1020,14 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
                 a.residual_duplicates, a.duplicates
             ));
         }
+    }
+    let l = &r.latency;
+    let percentiles = [l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms];
+    if percentiles.windows(2).any(|w| w[0] > w[1]) {
+        return Err(format!(
+            "latency percentiles p50 {} p90 {} p99 {} p99.9 {} max {} ms are not in order",
+            l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        ));
     }
     // Every run checks every invariant (I9 may be marked not checked); a merge keeps the rule that one holds exactly
     // when it has no violation.
@@ -1098,6 +1113,12 @@ pub fn parse_all_inputs(text: &str, path: &Path) -> Result<Vec<Input>, Error> {
         }
         if report.policies.is_empty() {
             return Err(refuse("the report has no policy sections".to_string()));
+        }
+        // Every report lists the runs it was made of: without them a report of it would name no scenario.
+        if report.runs.is_empty() {
+            return Err(refuse(
+                "the report lists no runs (`runs` is empty), though it has policy sections".to_string(),
+            ));
         }
         // A section holds its policy's results: a contradiction would count them under another policy.
         if let Some(p) = report.policies.iter().find(|p| p.policy != p.results.policy) {

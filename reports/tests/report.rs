@@ -292,6 +292,12 @@ fn results_that_contradict_themselves_are_refused() {
     refused(&|r| r.auto_retry_coverage = 7.5, "auto_retry_coverage = 7.5 is not a share");
     refused(&|r| r.auto_retry_coverage = f64::NAN, "auto_retry_coverage = NaN");
     refused(&|r| r.actions.get_mut("bank.payout").unwrap().class = "bogus".into(), "has the class \"bogus\"");
+    refused(&|r| r.actions.get_mut("bank.payout").unwrap().class = "(several)".into(), "has the class \"(several)\"");
+    refused(
+        &|r| r.actions.get_mut("stripe.create_customer").unwrap().effects = 1,
+        "duplicates = 3, more than its effects = 1",
+    );
+    refused(&|r| r.latency.p50_ms = r.latency.max_ms + 1, "are not in order");
     refused(
         &|r| r.actions.get_mut("stripe.create_customer").unwrap().residual_duplicates = 4,
         "residual_duplicates = 4, more than its duplicates = 3",
@@ -312,4 +318,14 @@ fn a_report_without_its_format_is_named_as_a_report() {
     value.as_object_mut().unwrap().remove("report_format");
     let error = parse_results(&value.to_string(), Path::new("r/report.json")).expect_err("no format");
     assert!(error.to_string().contains("missing field `report_format`"), "{error}");
+}
+
+/// A report.json whose run list is empty would make a report that names no scenario ("Scenarios: .").
+#[test]
+fn a_report_that_lists_no_runs_is_refused() {
+    let mut value: serde_json::Value =
+        serde_json::from_str(&render_json(&build_report(&month(), None).unwrap())).unwrap();
+    value["runs"] = serde_json::json!([]);
+    let error = parse_results(&value.to_string(), Path::new("r/report.json")).expect_err("no runs");
+    assert!(error.to_string().contains("the report lists no runs"), "{error}");
 }

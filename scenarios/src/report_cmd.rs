@@ -358,6 +358,7 @@ mod tests {
             let action = ActionStats {
                 class: "lookup-before-create".into(),
                 steps: 1_000,
+                effects: 1_000 + duplicates,
                 duplicates,
                 lag_bound_ms: Some(bound),
                 ..Default::default()
