@@ -1001,7 +1001,8 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
     const CLASSES: [&str; 4] = ["keyed", "lookup-before-create", "at-most-once", "canary"];
     let merged = r.merged_runs > 1;
     for (name, a) in &r.actions {
-        if !CLASSES.contains(&a.class.as_str()) && !(merged && a.class == MIXED) {
+        let known = CLASSES.contains(&a.class.as_str()) || (merged && a.class == MIXED);
+        if !known {
             return Err(format!(
                 "action {name:?} has the class {:?}, not one of {} (or {MIXED} in a merge)",
                 a.class,
