@@ -359,8 +359,8 @@ fn run(args: &crate::run::RunArgs) -> i32 {
     }
     out!("{}", summary(&results));
     // The files are written before the verdict is printed, and a failed write (checked for before the run, so this
-    // is a full disk or the like) does not hide the verdict or the repro line.
-    let mut write_failed = false;
+    // is a full disk or the like) does not hide the verdict or the repro line: it is said after them, last, beside the
+    // exit code it sets.
     let json = args.json.as_ref().map(|path| (path, serde_json::to_vec_pretty(&results).expect("results serialise")));
     // A run id that no event names (a typo, or a run this seed never started) leaves a trace of headings only: say
     // so, in the file too, rather than hand over an empty trace as if the run had done nothing.
@@ -374,12 +374,8 @@ fn run(args: &crate::run::RunArgs) -> i32 {
     });
     let trace = args.trace.as_ref().zip(trace).map(|(path, text)| (path, text.into_bytes()));
     // Both files or neither.
-    if let Err(e) =
-        reports::files::write_all(json.iter().chain(&trace).map(|(path, bytes)| (path.as_path(), bytes.as_slice())))
-    {
-        errln!("flowsim run: {e}");
-        write_failed = true;
-    }
+    let written =
+        reports::files::write_all(json.iter().chain(&trace).map(|(path, bytes)| (path.as_path(), bytes.as_slice())));
     if let Some(note) = &run_unseen {
         errln!("flowsim run: {note}");
     }
@@ -394,7 +390,13 @@ fn run(args: &crate::run::RunArgs) -> i32 {
             1
         }
     };
-    if write_failed { 2 } else { code }
+    match written {
+        Ok(()) => code,
+        Err(e) => {
+            errln!("flowsim run: {e}");
+            2
+        }
+    }
 }
 
 /// Does the readable trace hold an event? Its events are numbered lines (`#216 t=0.196s run-started ...`); its

@@ -61,6 +61,21 @@ mod simulated {
         assert!(out.stdout.contains("flowsim run: every invariant held"), "the verdict is printed:\n{}", out.stdout);
         let text = std::fs::read_to_string(&trace).expect("the trace is written");
         assert!(text.lines().any(|l| l.starts_with('#') && !l.starts_with("# ")), "no event in the trace:\n{text}");
+        // On one terminal, the failed write is said last, after the verdict, beside the exit code it sets (it came
+        // first, so the last line read "every invariant held" above an exit code of 2).
+        let both = dir.join("both.txt");
+        let file = std::fs::File::create(&both).expect("create");
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+            .args(["run", "--seed", "1", "--steps", "300", "--json", full])
+            .env("CI", "1")
+            .stdout(file.try_clone().expect("a second handle"))
+            .stderr(file)
+            .status()
+            .expect("flowsim runs");
+        assert_eq!(status.code(), Some(2));
+        let text = std::fs::read_to_string(&both).expect("read");
+        let last = text.lines().last().unwrap_or_default();
+        assert!(last.starts_with("flowsim run: cannot write /dev/full"), "{text}");
     }
 
     #[test]
