@@ -46,8 +46,13 @@ pub struct SweepArgs {
 
 /// The scenario text with `connectors.<connector>.lookup_wait_ms = bound_ms` set (merged into the TOML, so a scenario
 /// that already configures the connector keeps its other knobs). Errors name the problem.
-pub fn profile_text(scenario_text: &str, connector: &str, bound_ms: u64) -> Result<String, String> {
+pub fn profile_text(scenario_text: &str, connector: &str, bound_ms: u64, steps: Option<u64>) -> Result<String, String> {
     let mut table: toml::Table = scenario_text.parse().map_err(|e| format!("the scenario is not TOML: {e}"))?;
+    // A point's file replays on its own the steps its point ran (`--steps` may have overridden the file's own).
+    if let Some(steps) = steps {
+        let steps = i64::try_from(steps).map_err(|_| format!("{steps} steps is too many"))?;
+        table.insert("steps".to_owned(), toml::Value::Integer(steps));
+    }
     let connectors = table
         .entry("connectors")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()))
@@ -130,11 +135,12 @@ pub fn alike_note(alike: &[Vec<u64>], connector: &str) -> String {
 /// The sweep table in Markdown.
 pub fn table(scenario: &str, connector: &str, seeds: u64, steps: u64, rows: &[Row]) -> String {
     let mut out = format!(
-        "# Lookup safeguard sweep: `{connector}` in `{scenario}`\n\n{seeds} seeds × {steps} steps per bound. \
+        "# Lookup safeguard sweep: `{connector}` in `{scenario}`\n\n{} × {steps} steps per bound. \
          Duplicates are per step of `{connector}`'s lookup actions, with the exact (Clopper–Pearson) 95 % interval \
          and one-sided upper bound. Latency is over every step, in simulated time.\n\n\
          | declared bound | steps | duplicates | per million (95 % CI) | upper bound per million | step p99 | step p99.9 | lookups | invariants |\n\
-         |---:|---:|---:|---|---:|---:|---:|---:|---|\n"
+         |---:|---:|---:|---|---:|---:|---:|---:|---|\n",
+        crate::output::count(seeds, "seed", "seeds")
     );
     for r in rows {
         out.push_str(&format!(
@@ -355,7 +361,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         ));
     }
     let judged = if crate::catalogue::base_for(&spec).connectors.contains_key(&args.connector) {
-        profile_text(&text, &args.connector, args.bounds_ms.first().copied().unwrap_or(0))?
+        profile_text(&text, &args.connector, args.bounds_ms.first().copied().unwrap_or(0), None)?
     } else {
         text.clone()
     };
@@ -385,7 +391,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
         path.to_str().ok_or("the output path is not UTF-8")?;
         // Named as the user wrote it: the point's file is not written yet.
         let name = format!("{} with connectors.{}.lookup_wait_ms = {bound}", args.scenario, args.connector);
-        let text = profile_text(&text, &args.connector, bound)?;
+        let text = profile_text(&text, &args.connector, bound, Some(steps))?;
         for seed in 1..=args.seeds {
             // As `scenario_source` reads the point's file when it runs.
             let point = ScenarioSource {
@@ -509,7 +515,7 @@ mod tests {
     #[test]
     fn profile_text_merges_into_an_existing_connector_table() {
         let text = "[mix]\ncheckout = 1.0\n[connectors.ledgerly]\nincident_p = 0.05\n";
-        let out = profile_text(text, "ledgerly", 30_000).unwrap();
+        let out = profile_text(text, "ledgerly", 30_000, None).unwrap();
         let table: toml::Table = out.parse().unwrap();
         let ledgerly = &table["connectors"]["ledgerly"];
         assert_eq!(ledgerly["incident_p"].as_float(), Some(0.05));
@@ -519,7 +525,7 @@ mod tests {
 
     #[test]
     fn profile_text_adds_the_connector_table_when_missing() {
-        let out = profile_text("[world]\nworkers = 2\n", "contacts", 0).unwrap();
+        let out = profile_text("[world]\nworkers = 2\n", "contacts", 0, None).unwrap();
         let table: toml::Table = out.parse().unwrap();
         assert_eq!(table["connectors"]["contacts"]["lookup_wait_ms"].as_integer(), Some(0));
         assert_eq!(table["world"]["workers"].as_integer(), Some(2));
@@ -527,14 +533,14 @@ mod tests {
 
     #[test]
     fn profile_text_names_a_bad_scenario() {
-        assert!(profile_text("connectors = 3\n", "ledgerly", 1).unwrap_err().contains("not a table"));
-        assert!(profile_text("[[", "ledgerly", 1).unwrap_err().contains("not TOML"));
+        assert!(profile_text("connectors = 3\n", "ledgerly", 1, None).unwrap_err().contains("not a table"));
+        assert!(profile_text("[[", "ledgerly", 1, None).unwrap_err().contains("not TOML"));
     }
 
     #[test]
     fn swept_profile_resolves_with_the_declared_bound() {
         let text = crate::catalogue::find("lookup-lag-over-bound").unwrap().text;
-        let spec = crate::catalogue::parse(&profile_text(text, "ledgerly", 45_000).unwrap(), "t").unwrap();
+        let spec = crate::catalogue::parse(&profile_text(text, "ledgerly", 45_000, None).unwrap(), "t").unwrap();
         let profile = sim::profile::resolve(&crate::catalogue::base_for(&spec), &spec, 1, true).unwrap();
         let ledgerly = &profile.connectors["ledgerly"];
         assert_eq!(ledgerly.lookup_wait_ms, Some(45_000));

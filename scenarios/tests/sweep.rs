@@ -192,6 +192,11 @@ fn a_scenario_file_s_steps_are_the_sweep_s_unless_steps_is_given() {
     assert!(table.contains("× 1500 steps per bound"), "{table}");
     let stdout = sweep(path_str(&dir.join("flag")), &["--steps", "1200"]);
     assert!(stdout.contains("× 1200 steps"), "{stdout}");
+    // Each point's file replays the steps its point ran, on its own.
+    let point = std::fs::read_to_string(dir.join("flag").join("bound-5000.toml")).expect("written");
+    assert!(point.lines().any(|l| l == "steps = 1200"), "{point}");
+    let table = std::fs::read_to_string(dir.join("flag").join("sweep.md")).expect("written");
+    assert!(table.contains("1 seed × 1200 steps per bound"), "{table}");
 }
 
 /// A bound no lookup waited on changes nothing: its points are the same simulations as another bound's. The table says
