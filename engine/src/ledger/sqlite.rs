@@ -496,13 +496,22 @@ fn unreadable(path: &Path) -> Option<String> {
         (with_suffix(&resolved, "-wal"), Some("write-ahead log")),
         (with_suffix(&resolved, "-shm"), Some("write-ahead log's index")),
     ];
-    files.into_iter().find_map(|(file, what)| match std::fs::File::open(&file) {
+    files.into_iter().find_map(|(file, what)| match may_access(&file, rustix::fs::Access::READ_OK) {
         Err(e) if denied(&e) => Some(match what {
             None => format!("this user may not open it to read: {e}"),
             Some(what) => format!("this user may not open its {what} {} to read: {e}", file.display()),
         }),
         _ => None,
     })
+}
+
+/// Whether this process may open `file` for `access`, asked of the kernel without opening it (`faccessat` with the
+/// effective user and group, as `open` would judge). Opening the file and closing it again would drop every POSIX
+/// lock this process holds on it: those of another SQLite connection to the same ledger in this process (SQLite keeps
+/// its own descriptors open for that reason). That connection would then hold its log index unlocked, and another
+/// process could reset the index under it ("disk I/O error", or SIGBUS). `NotFound` when the file is not there.
+fn may_access(file: &Path, access: rustix::fs::Access) -> std::io::Result<()> {
+    rustix::fs::accessat(rustix::fs::CWD, file, access, rustix::fs::AtFlags::EACCESS).map_err(std::io::Error::from)
 }
 
 /// `path` with its symbolic links resolved, where SQLite keeps its `-wal`, `-shm` and `-journal` (`path` itself if
@@ -615,8 +624,8 @@ fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
 /// keeps the log's index in memory. SQLite opens such a file read-only without a word and fails
 /// only at the first write ("attempt to write a readonly database", naming no file); by then its first read has
 /// made a `-wal` and a `-shm` (a WAL file read without them), which a read-only connection cannot remove when it
-/// closes: they stay, owned by this user, and the file's owner can no longer write the ledger either. The check
-/// opens each file that is there to write and closes it again, which changes nothing on disk.
+/// closes: they stay, owned by this user, and the file's owner can no longer write the ledger either. The check asks
+/// the kernel whether each file that is there may be opened to write, without opening it ([`may_access`]).
 ///
 /// Refuses as well a ledger whose `-wal` (or `-shm`) is not there, in a directory where this user may not create
 /// files: SQLite must create them beside the file to write it in WAL mode, and says only "attempt to write a
@@ -632,7 +641,7 @@ pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(),
     if !std::fs::metadata(path).is_ok_and(|metadata| metadata.is_file()) {
         return Ok(());
     }
-    let open_to_write = |file: &Path| std::fs::OpenOptions::new().read(true).write(true).open(file);
+    let open_to_write = |file: &Path| may_access(file, rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK);
     open_to_write(path).map_err(|e| format!("{}: cannot open it to write: {e}", path.display()))?;
     let resolved = resolved(path);
     let companions: &[(&str, &str)] = if options.exclusive {
