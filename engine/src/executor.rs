@@ -422,18 +422,8 @@ pub fn record_resolution(
     }
 }
 
-/// The key named at the end of a pause reason, `... [key <64 hex digits>]`.
-pub fn paused_key(reason: &str) -> Option<Key> {
-    let hex = reason.strip_suffix(']')?.rsplit_once("[key ")?.1;
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(Key(key))
-}
+/// The key named at the end of a pause reason (kept here too: the `flow` CLI and embedders found it here first).
+pub use crate::ledger::paused_key;
 
 /// The key sent to the connector by the naive policy: a fresh one per attempt.
 pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {

@@ -285,14 +285,27 @@ impl ResolutionRecord {
     }
 
     /// Refuses this decision unless its run, now in `status` (paused for `reason`), still waits for it: paused at
-    /// the key the decision names (the pause reason ends `[key <hex>]`).
+    /// the key the decision names ([`paused_key`]).
     pub(crate) fn check_waited_for(&self, status: RunStatus, reason: Option<&str>) -> Result<()> {
-        let at_key = reason.is_some_and(|reason| reason.ends_with(&format!("[key {}]", self.key)));
-        if status == RunStatus::Paused && at_key {
+        if status == RunStatus::Paused && reason.and_then(paused_key) == Some(self.key) {
             return Ok(());
         }
         Err(Error::Superseded { run_id: self.run_id.clone(), status })
     }
+}
+
+/// The key named at the end of a pause reason, `... [key <64 hex digits>]`: where a paused run waits for a person,
+/// which both the engine's check before a decision and the ledger's, as it files one, read.
+pub fn paused_key(reason: &str) -> Option<Key> {
+    let hex = reason.strip_suffix(']')?.rsplit_once("[key ")?.1;
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(Key(key))
 }
 
 /// Ledger errors. A broken invariant (a different output for a succeeded key) is an error the executor turns into a
