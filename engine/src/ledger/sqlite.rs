@@ -630,9 +630,9 @@ fn with_suffix(path: &Path, suffix: &str) -> std::path::PathBuf {
 /// Refuses as well a ledger whose `-wal` (or `-shm`) is not there, in a directory where this user may not create
 /// files: SQLite must create them beside the file to write it in WAL mode, and says only "attempt to write a
 /// readonly database" when it cannot, or, with a `-wal` there and no `-shm`, "unable to open database file", which
-/// read as a damaged ledger. Whether the directory takes a file is asked of the directory itself (a file of a name
-/// no one else uses, made and removed at once: this is the case where SQLite is about to make its own files there
-/// anyway); nothing in the directory is checked when both are there.
+/// read as a damaged ledger. Whether the directory takes a file is asked of the kernel as well ([`may_access`]), which
+/// judges root, access lists and read-only mounts as creating a file would; nothing in the directory is checked when
+/// both are there.
 ///
 /// A missing file is not refused (SQLite creates it, or says why not), nor anything that is not a regular file
 /// (SQLite says what is wrong with it). The refusal names the file or directory and the reason, e.g.
@@ -669,7 +669,8 @@ pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(),
     }
     if !missing.is_empty() {
         let dir = directory_of(&resolved);
-        may_create_in(dir).map_err(|e| {
+        // Write and search permission on the directory are what creating a file in it takes.
+        may_access(dir, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK).map_err(|e| {
             format!(
                 "{}: this user may not create files in this directory ({e}), and to write the ledger {} SQLite must \
                  create its {} here",
@@ -680,30 +681,6 @@ pub fn check_writable(path: &Path, options: &Options) -> std::result::Result<(),
         })?;
     }
     Ok(())
-}
-
-/// Whether this process may create a file in the directory `dir`, asked by making one there, of a name no other
-/// call uses (a random one: process ids repeat across containers sharing a volume), and removing it at once. Safe
-/// Rust has no `access(2)`, and the directory's mode bits alone would misjudge root, ACLs and read-only mounts.
-fn may_create_in(dir: &Path) -> std::io::Result<()> {
-    use std::hash::{BuildHasher as _, RandomState};
-    let mut tries = 0;
-    loop {
-        let name = format!(".flow-ledger-probe-{:016x}", RandomState::new().hash_one(std::process::id()));
-        let probe = dir.join(name);
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-            Ok(_) => {
-                // The answer is in: a probe that cannot be removed (which its maker may always do) is not a reason
-                // to refuse the ledger.
-                let _ = std::fs::remove_file(&probe);
-                return Ok(());
-            }
-            // Says nothing about the directory: the name is taken (the kernel may look a name up before it checks
-            // whether the directory takes new ones).
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// What tells the file `path` names from another one made under the same name after it was removed: its inode (which
