@@ -197,6 +197,8 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
         });
         reports::report::scenario_names(names)
     }
+    // Said in the report, under the diff, as well as here.
+    let mut note = None;
     let baseline = match &args.baseline {
         None => None,
         Some(path) => {
@@ -213,24 +215,20 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
                 ));
             }
             // Said when both sides name their scenarios (a merge, such as a sweep's bound, does not).
-            let note = (old != new && !old.iter().chain(&new).any(|s| *s == MIXED)).then(|| {
-                format!(
+            if old != new && !old.iter().chain(&new).any(|s| *s == MIXED) {
+                let said = note.insert(format!(
                     "the baseline covers {}, these results {}: the diff compares different traffic",
                     old.join(", "),
                     new.join(", ")
-                )
-            });
-            if let Some(note) = &note {
-                outln!("flowsim report: note: {note}");
+                ));
+                outln!("flowsim report: note: {said}");
             }
-            Some((Results::merge_all(all), note))
+            Results::merge_all(all)
         }
     };
-    let (baseline, note) = baseline.unzip();
-    let mut report =
-        reports::report::build_report_from(&inputs, baseline.flatten().as_ref()).map_err(|e| e.to_string())?;
+    let mut report = reports::report::build_report_from(&inputs, baseline.as_ref()).map_err(|e| e.to_string())?;
     if let Some(diff) = &mut report.baseline {
-        diff.note = note.flatten();
+        diff.note = note;
     }
     // The findings are printed whatever the write does: a file written in place last (a device) may still fail.
     let written = reports::report::write_built(&report, &args.out);

@@ -257,11 +257,14 @@ fn main() -> ExitCode {
                     Ok(None) => Ok(()),
                     Err(e) => return fail(1, &format!("{}: {e}", path.display())),
                 };
-                if let Err(e) = written.and_then(|()| out.flush()) {
+                if let Err(e) = written {
                     return output_failed(&e);
                 }
             }
-            ExitCode::SUCCESS
+            match out.flush() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => output_failed(&e),
+            }
         }
         Command::Resolve { ledger, run, mark_done, retry, abort, by } => {
             // The name is the resolution's only record of who decided; an empty one would file it anonymously.
