@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::ledger_with_paused_runs;
+use common::{ledger_with_paused_runs, live_writer};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::path::Path;
@@ -294,8 +294,7 @@ fn a_decision_blocked_by_a_live_writer_names_the_file_and_says_to_try_again() {
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
     drop(ledger_with_paused_runs(&path, &["r1"]));
-    let writer = rusqlite::Connection::open(&path).unwrap();
-    writer.execute_batch("BEGIN IMMEDIATE; UPDATE runs SET updated_ms = updated_ms WHERE run_id = 'r1';").unwrap();
+    let writer = live_writer(&path, "r1");
     let decision = ["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"];
     let (code, stdout, stderr) = flow(&decision);
     writer.execute_batch("ROLLBACK").unwrap();

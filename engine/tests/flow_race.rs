@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::ledger_with_paused_runs;
+use common::{ledger_with_paused_runs, live_writer};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::process::{Command, Stdio};
@@ -17,8 +17,7 @@ fn two_decisions_at_once_record_one() {
     drop(ledger_with_paused_runs(&path, &["r1"]));
     // A live writer holds the write lock while both commands start: each reads the run paused (WAL readers are not
     // blocked), then waits for the lock (busy_timeout, 5 s) to write. Released, they write one after the other.
-    let writer = rusqlite::Connection::open(&path).unwrap();
-    writer.execute_batch("BEGIN IMMEDIATE; UPDATE runs SET updated_ms = updated_ms WHERE run_id = 'r1';").unwrap();
+    let writer = live_writer(&path, "r1");
     let decide = |decision: &[&str], by: &str| {
         Command::new(env!("CARGO_BIN_EXE_flow"))
             .args(["resolve", "--ledger", file, "--run", "r1", "--by", by])

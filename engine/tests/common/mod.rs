@@ -421,3 +421,12 @@ pub fn ledger_with_paused_runs(path: &std::path::Path, run_ids: &[&str]) -> engi
     }
     ledger
 }
+
+/// Another connection to the ledger at `path`, holding its write lock (`BEGIN IMMEDIATE`, with a write to `run_id`)
+/// until it is rolled back or dropped: a live writer, as a worker in the middle of a transaction is.
+pub fn live_writer(path: &std::path::Path, run_id: &str) -> rusqlite::Connection {
+    let writer = rusqlite::Connection::open(path).expect("open a second connection");
+    writer.execute_batch("BEGIN IMMEDIATE").expect("take the write lock");
+    writer.execute("UPDATE runs SET updated_ms = updated_ms WHERE run_id = ?1", [run_id]).expect("write");
+    writer
+}
