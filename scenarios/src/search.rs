@@ -666,50 +666,82 @@ pub fn check(case: &Case) -> Result<(), String> {
 #[derive(Debug)]
 pub enum Outcome {
     /// Every case held.
-    Held { cases: u32, simulations: u64, steps: u64 },
-    /// A failure, shrunk: the minimal case, why it failed, and how many simulations (and steps) the search ran in all.
-    Failed { case: Case, reason: String, simulations: u64, steps: u64 },
+    Held { cases: u32, simulations: u64, steps: u64, repeats: u64 },
+    /// A failure, shrunk: the minimal case, why it failed, how many simulations (and steps) the search ran in all, and
+    /// how many cases it met again and answered from the first simulation of each.
+    Failed { case: Case, reason: String, simulations: u64, steps: u64, repeats: u64 },
     /// proptest gave up (it should not: cases are never rejected).
     Aborted(String),
 }
 
-/// Runs a search. Every simulation is counted; `on_case` sees each case and its result as it runs.
+/// A case's verdict, by the text of its file: a case is its file ([`Case::file_text`] holds every knob, the seed and
+/// the steps), and a simulation is deterministic, so a case met again (proptest's shrinking tries a value it cannot
+/// make simpler more than once, and `minimise` may meet a case proptest tried) has the verdict of its first
+/// simulation, and is not simulated again.
 #[cfg(madsim)]
-pub fn search(args: &SearchArgs, on_case: &dyn Fn(&Case, &Result<(), String>)) -> Outcome {
-    use proptest::test_runner::{TestCaseError, TestError, TestRunner};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let mut runner = TestRunner::new_with_rng(config(args), test_rng(args.seed));
-    let simulations = AtomicU64::new(0);
-    let steps = AtomicU64::new(0);
-    let result = runner.run(&cases(args.canary), |case| {
-        simulations.fetch_add(1, Ordering::Relaxed);
-        let result = simulate(&case).and_then(|results| {
-            steps.fetch_add(results.steps, Ordering::Relaxed);
+#[derive(Default)]
+struct Verdicts {
+    seen: BTreeMap<String, Result<(), String>>,
+    simulations: u64,
+    steps: u64,
+    repeats: u64,
+}
+
+#[cfg(madsim)]
+impl Verdicts {
+    /// The case's verdict, and whether it was met before.
+    fn judge(&mut self, case: &Case) -> (Result<(), String>, bool) {
+        let text = case.file_text();
+        if let Some(verdict) = self.seen.get(&text) {
+            self.repeats += 1;
+            return (verdict.clone(), true);
+        }
+        self.simulations += 1;
+        let verdict = simulate(case).and_then(|results| {
+            self.steps += results.steps;
             crate::run::verdict(&results, Expect::ResidualOnly, engine::executor::Policy::Rules)
         });
-        on_case(&case, &result);
+        self.seen.insert(text, verdict.clone());
+        (verdict, false)
+    }
+}
+
+/// What a search tells its caller of each case proptest tries: the case, its result, and whether it was met before
+/// (and so not simulated again).
+pub type OnCase<'a> = dyn Fn(&Case, &Result<(), String>, bool) + 'a;
+
+/// Runs a search. Every simulation is counted; `on_case` sees each case proptest tries.
+#[cfg(madsim)]
+pub fn search(args: &SearchArgs, on_case: &OnCase<'_>) -> Outcome {
+    use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+    let mut runner = TestRunner::new_with_rng(config(args), test_rng(args.seed));
+    let verdicts = std::cell::RefCell::new(Verdicts::default());
+    let result = runner.run(&cases(args.canary), |case| {
+        let (result, repeat) = verdicts.borrow_mut().judge(&case);
+        on_case(&case, &result, repeat);
         result.map_err(TestCaseError::fail)
     });
-    let simulations = simulations.load(Ordering::Relaxed);
-    let steps = steps.load(Ordering::Relaxed);
+    let mut verdicts = verdicts.into_inner();
     match result {
-        Ok(()) => Outcome::Held { cases: args.cases, simulations, steps },
+        Ok(()) => Outcome::Held {
+            cases: args.cases,
+            simulations: verdicts.simulations,
+            steps: verdicts.steps,
+            repeats: verdicts.repeats,
+        },
         Err(TestError::Fail(reason, case)) => {
             // proptest shrinks each part once, in order; a part it kept may have become unneeded after a later part
             // shrank. Finish with removals until none keeps the failure.
             let mut reason = reason.message().to_owned();
-            let mut simulations = simulations;
-            let case = minimise(case, SHRINK_ITERS_MAX, |c| {
-                simulations += 1;
-                match check(c) {
-                    Err(r) => {
-                        reason = r;
-                        true
-                    }
-                    Ok(()) => false,
+            let case = minimise(case, SHRINK_ITERS_MAX, |c| match verdicts.judge(c).0 {
+                Err(r) => {
+                    reason = r;
+                    true
                 }
+                Ok(()) => false,
             });
-            Outcome::Failed { case, reason, simulations, steps }
+            let Verdicts { simulations, steps, repeats, .. } = verdicts;
+            Outcome::Failed { case, reason, simulations, steps, repeats }
         }
         Err(TestError::Abort(reason)) => Outcome::Aborted(reason.message().to_owned()),
     }
@@ -928,18 +960,22 @@ fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
         out.display()
     );
     let count = std::sync::atomic::AtomicU64::new(0);
-    let outcome = search(args, &|case, result| {
+    let outcome = search(args, &|case, result, repeat| {
         let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mark = if result.is_ok() { "ok" } else { "FAIL" };
-        outln!("  {n:>4} {mark:<4} {}", one_line(case));
+        let again = if repeat { " (met before: not simulated again)" } else { "" };
+        outln!("  {n:>4} {mark:<4} {}{again}", one_line(case));
     });
     match outcome {
-        Outcome::Held { cases, simulations, steps } => {
-            outln!("flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps)");
+        Outcome::Held { cases, simulations, steps, repeats } => {
+            outln!(
+                "flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps{})",
+                repeats_note(repeats)
+            );
             0
         }
-        Outcome::Failed { case, reason, simulations, steps } => {
-            outln!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all");
+        Outcome::Failed { case, reason, simulations, steps, repeats } => {
+            outln!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all{}", repeats_note(repeats));
             out!("{}", report_failure(&case, &reason, out));
             1
         }
@@ -947,6 +983,16 @@ fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
             outln!("flowsim search: proptest gave up: {reason}");
             1
         }
+    }
+}
+
+/// How many cases the search met again (empty when none): each was answered from its first simulation.
+#[cfg(madsim)]
+fn repeats_note(repeats: u64) -> String {
+    match repeats {
+        0 => String::new(),
+        1 => "; 1 case met again, not simulated again".to_owned(),
+        n => format!("; {n} cases met again, not simulated again"),
     }
 }
 

@@ -18,11 +18,12 @@ fn rules_search_finds_no_failure() {
     let seed = search::seed_from_env().expect("FLOWSIM_SEARCH_SEED is a number");
     // The tests run in the source tree: its committed regression file runs first.
     let args = SearchArgs { cases, canary: false, seed, regressions: Some(search::REGRESSIONS_PATH) };
-    match search::search(&args, &|_, _| {}) {
-        search::Outcome::Held { cases: held, simulations, steps } => {
+    match search::search(&args, &|_, _, _| {}) {
+        search::Outcome::Held { cases: held, simulations, steps, repeats } => {
             assert_eq!(held, cases);
             assert!(steps >= u64::from(cases), "every case ran steps ({steps})");
-            assert!(simulations >= u64::from(cases), "every case ran a simulation ({simulations} for {cases})");
+            let tried = simulations + repeats;
+            assert!(tried >= u64::from(cases), "every case ran a simulation or was met before ({tried} for {cases})");
         }
         search::Outcome::Failed { case, reason, .. } => {
             panic!("{}", search::report_failure(&case, &reason, &tempfile_dir()))
@@ -56,6 +57,39 @@ fn canary_search(seed: u64) -> (Case, String) {
 fn canary_duplicates(case: &Case) -> u64 {
     let results = search::simulate(case).expect("a shrunk variant runs");
     results.duplicates.by_class.get("canary").copied().unwrap_or(0)
+}
+
+/// A case met again (proptest's shrinking tries some more than once) has its first simulation's verdict and is not
+/// simulated again; every other case is simulated. Checked against the cases `search` reports, by their files' text.
+#[test]
+fn a_case_met_again_is_not_simulated_again() {
+    let args = SearchArgs { cases: CANARY_CASES_MAX, canary: true, seed: 0, regressions: None };
+    let tried = std::cell::RefCell::new(Vec::new());
+    let outcome = search::search(&args, &|case, result, repeat| {
+        tried.borrow_mut().push((case.file_text(), result.clone(), repeat));
+    });
+    let search::Outcome::Failed { simulations, repeats, .. } = outcome else {
+        panic!("the canary search must fail: {outcome:?}")
+    };
+    let tried = tried.into_inner();
+    let mut first = std::collections::BTreeMap::new();
+    for (text, result, repeat) in &tried {
+        match first.get(text) {
+            Some(verdict) => {
+                assert!(repeat, "a case met again was simulated again");
+                assert_eq!(verdict, result, "a case met again got another verdict");
+            }
+            None => {
+                assert!(!repeat, "a case met for the first time was not simulated");
+                first.insert(text.clone(), result.clone());
+            }
+        }
+    }
+    let met_again = (tried.len() - first.len()) as u64;
+    assert!(met_again > 0, "this search's shrinking meets no case twice: the test shows nothing");
+    // `minimise` judges more cases after proptest's shrinking; its repeats and simulations count too.
+    assert!(repeats >= met_again, "{repeats} repeats counted, {met_again} seen");
+    assert!(simulations >= first.len() as u64, "{simulations} simulations for {} distinct cases", first.len());
 }
 
 #[test]
