@@ -142,6 +142,89 @@ fn paused_and_resolve_refuse_a_file_that_is_not_a_ledger() {
     assert_eq!(snapshot(dir.path()), before);
 }
 
+/// `flow` run with `args`, given 20 s: a command that opened a FIFO would wait for a writer for ever.
+fn flow_in_time(args: &[&str]) -> (i32, String, String) {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run flow");
+    for _ in 0..2_000 {
+        if child.try_wait().expect("wait for flow").is_some() {
+            let out = child.wait_with_output().expect("flow's output");
+            return (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().expect("stop flow");
+    panic!("{args:?}: flow did not finish within 20 s (did it open a FIFO?)");
+}
+
+/// What `dir` holds: each name with its kind of file, and a regular file's bytes (nothing else is opened).
+fn kinds(dir: &Path) -> Vec<(String, String, Vec<u8>)> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            let bytes = if kind.is_file() { std::fs::read(entry.path()).unwrap() } else { Vec::new() };
+            (entry.file_name().to_string_lossy().into_owned(), format!("{kind:?}"), bytes)
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// A path that is no regular file (a character device such as `/dev/zero` or `/dev/null`, a FIFO, a socket, a
+/// directory, or a symbolic link to one) is refused as no ledger (exit 2), the message naming it and saying what it
+/// is: `flow` looks at it without opening it, so a FIFO does not block it, and nothing is made beside it. Both
+/// character devices used to be called "empty", as were the FIFO and the socket.
+#[cfg(unix)]
+#[test]
+fn paused_and_resolve_refuse_what_is_not_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.db");
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, rustix::fs::Mode::from(0o644), 0)
+        .expect("make a FIFO");
+    let socket = dir.path().join("socket.db");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("make a socket");
+    let subdir = dir.path().join("ledgers.db");
+    std::fs::create_dir(&subdir).unwrap();
+    let link = dir.path().join("null-link.db");
+    std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+    let cases = [
+        (Path::new("/dev/zero"), "it is a character device, not a regular file"),
+        (Path::new("/dev/null"), "it is a character device, not a regular file"),
+        (&link, "it is a character device, not a regular file"),
+        (&fifo, "it is a FIFO (a named pipe), not a regular file"),
+        (&socket, "it is a socket, not a regular file"),
+        (&subdir, "it is a directory, not a regular file"),
+    ];
+    let before = kinds(dir.path());
+    for (path, says) in cases {
+        let file = path.to_str().unwrap();
+        for args in
+            [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"]]
+        {
+            let (code, stdout, stderr) = flow_in_time(args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            assert_eq!(stderr, format!("flow: {file}: not a Flow ledger: {says}\n"), "{args:?}");
+            assert_eq!(kinds(dir.path()), before, "{args:?} changed the directory");
+        }
+    }
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    for made in ["/dev/zero-wal", "/dev/zero-shm", "/dev/null-wal", "/dev/null-shm"] {
+        assert!(!Path::new(made).exists(), "{made} was made beside a device");
+    }
+}
+
 /// A database that looks like a ledger at a glance (a `runs` table, a schema version) but is not one of this build's
 /// schema is refused without being changed: `flow` neither migrates a ledger (an older worker still using it would
 /// then refuse it) nor writes into another program's database. A ledger in another journal mode than the engine's is

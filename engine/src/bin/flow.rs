@@ -23,14 +23,16 @@
 //! kinds of SQLite failure are told apart as the ledger's own opens tell them
 //! ([`engine::ledger::sqlite::open_failure`]).
 //!
-//! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, an empty one
-//! (a mistyped path that something created), a file that is not SQLite, a SQLite database whose tables are not the
-//! ledger's, or a ledger of another schema version is refused with exit 2 and left as it was, never turned into a
-//! new ledger or migrated. `paused` only reads the file; `resolve` checks the run reading only, and opens the file to
-//! write only then, and only if this user may write it and its `-wal` and `-shm`, and create them in its directory
-//! when they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict
-//! JSON parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not
-//! be keyed by (a repeated member name, an integer no double holds exactly).
+//! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, a path that
+//! is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told by its metadata, before
+//! anything opens it, so a FIFO does not block), an empty file (a mistyped path that something created), a file that
+//! is not SQLite, a SQLite database whose tables are not the ledger's, or a ledger of another schema version is
+//! refused with exit 2 and left as it was, never turned into a new ledger or migrated. `paused` only reads the file;
+//! `resolve` checks the run reading only, and opens the file to write only then, and only if this user may write it
+//! and its `-wal` and `-shm`, and create them in its directory when they are not there
+//! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
+//! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
+//! (a repeated member name, an integer no double holds exactly).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -182,9 +184,13 @@ fn io_refusal(e: std::io::Error, doing: &str) -> Refusal {
 fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     use std::io::Read;
     let not_a_ledger = |reason: String| Err(Refusal::NotALedger(reason));
+    // Looked at before anything opens it: opening a FIFO waits for a writer, and reading a device is no answer.
     let metadata = std::fs::metadata(path).map_err(|e| io_refusal(e, "cannot read it"))?;
-    if metadata.is_dir() {
-        return not_a_ledger("it is a directory".to_string());
+    if !metadata.is_file() {
+        return not_a_ledger(match kind_of(&metadata.file_type()) {
+            Some(kind) => format!("it is {kind}, not a regular file"),
+            None => "it is not a regular file".to_string(),
+        });
     }
     if metadata.len() == 0 {
         return not_a_ledger("the file is empty (a mistyped path?)".to_string());
@@ -233,6 +239,27 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// What a file that is not a regular one is, as `flow` names it: a directory, a device, a FIFO, a socket.
+fn kind_of(file_type: &std::fs::FileType) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if file_type.is_char_device() {
+            return Some("a character device");
+        }
+        if file_type.is_block_device() {
+            return Some("a block device");
+        }
+        if file_type.is_fifo() {
+            return Some("a FIFO (a named pipe)");
+        }
+        if file_type.is_socket() {
+            return Some("a socket");
+        }
+    }
+    file_type.is_dir().then_some("a directory")
 }
 
 fn main() -> ExitCode {
