@@ -40,7 +40,8 @@ pub struct ReportArgs {
 
 /// One result and where it came from.
 struct Input<'a> {
-    results: reports::report::Input,
+    /// The result as read: a run's (or a merge's) results, or a policy section of a `report.json`.
+    parsed: reports::report::Input,
     path: &'a Path,
     /// The position of its file among the inputs given.
     file: usize,
@@ -70,7 +71,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
         if value.get("check_format").is_none() {
             // A report.json holds a section per policy: each is counted.
             let all = reports::report::parse_all_inputs(&text, path).map_err(|e| e.to_string())?;
-            plain.extend(all.into_iter().map(|results| Input { results, path, file: order }));
+            plain.extend(all.into_iter().map(|parsed| Input { parsed, path, file: order }));
             continue;
         }
         let file: CheckFile =
@@ -87,7 +88,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
         for case in file.cases.into_iter().filter(|c| c.expect != expect_name(Expect::CanaryFails)) {
             // A case whose simulation panicked has no results to count (its failure is in the check's verdicts).
             if let Some(results) = case.results {
-                cases.push((case.index, order, Input { results: results.into(), path, file: order }));
+                cases.push((case.index, order, Input { parsed: results.into(), path, file: order }));
             }
         }
         if cases.len() == before {
@@ -106,7 +107,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
         ));
     }
     for input in &plain {
-        reports::report::check_counts(&input.results.results).map_err(|e| format!("{}: {e}", input.path.display()))?;
+        reports::report::check_counts(&input.parsed.results).map_err(|e| format!("{}: {e}", input.path.display()))?;
     }
     refuse_twice_counted(&plain)?;
     suites.dedup_by(|a, b| a.0 == b.0);
@@ -114,7 +115,7 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
         let listed: Vec<String> = suites.iter().map(|(s, path)| format!("{} ({s})", path.display())).collect();
         outln!("flowsim report: note: the check files come from different suites: {}", listed.join("; "));
     }
-    Ok(plain.into_iter().map(|input| input.results).collect())
+    Ok(plain.into_iter().map(|input| input.parsed).collect())
 }
 
 /// Refuses a simulation counted twice (see the module's doc). A merge of both ledgers' runs names the ledger of each
@@ -123,14 +124,14 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
 fn refuse_twice_counted(inputs: &[Input<'_>]) -> Result<(), String> {
     let mut seen: BTreeMap<&str, Vec<(Option<&str>, &Input<'_>)>> = BTreeMap::new();
     for input in inputs {
-        let r = &input.results.results;
+        let r = &input.parsed.results;
         for (hash, ledger) in r.hashes_with_ledgers() {
             let earlier = seen.entry(hash).or_default();
             let same_ledger = earlier.iter().find(|(l, _)| ledger.is_some() && *l == ledger);
             let clash = same_ledger.or_else(|| earlier.get(LEDGERS.len() - 1));
             if let Some((_, first)) = clash {
                 // Named by whichever side is a single run: a merge's seed is only its first run's.
-                let single = [r, &first.results.results].into_iter().find(|r| r.merged_runs <= 1);
+                let single = [r, &first.parsed.results].into_iter().find(|r| r.merged_runs <= 1);
                 let which = single.map_or_else(
                     || "a simulation".to_owned(),
                     |r| format!("the simulation of {} seed {}", r.scenario, r.seed),
@@ -266,14 +267,14 @@ mod tests {
             scenario: "mixed".into(),
             ..Default::default()
         };
-        Input { results: results.into(), path, file }
+        Input { parsed: results.into(), path, file }
     }
 
     /// The merge of `parts` (ledger, hash), as `report` would read it from a report.json.
     fn merged<'a>(file: usize, path: &'a Path, parts: &[(&str, &str)]) -> Input<'a> {
         let all: Vec<Results> =
-            parts.iter().map(|(ledger, hash)| input(file, path, ledger, hash).results.results).collect();
-        Input { results: Results::merge_all(&all).expect("parts").into(), path, file }
+            parts.iter().map(|(ledger, hash)| input(file, path, ledger, hash).parsed.results).collect();
+        Input { parsed: Results::merge_all(&all).expect("parts").into(), path, file }
     }
 
     #[test]
@@ -294,13 +295,13 @@ mod tests {
         // A merge of both ledgers says which hash is which: the memory run of seed 1 beside a merge of it and a SQLite
         // run of seed 2 is refused (a merge that did not say, above, lets it through), the SQLite one is not.
         let mixed = merged(0, other, &[("memory", "h"), ("sqlite", "h2")]);
-        assert_eq!(mixed.results.results.ledger, MIXED);
-        assert_eq!(mixed.results.results.trace_ledgers.as_deref(), Some("memory,sqlite"));
+        assert_eq!(mixed.parsed.results.ledger, MIXED);
+        assert_eq!(mixed.parsed.results.trace_ledgers.as_deref(), Some("memory,sqlite"));
         assert!(!ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, m1, "memory", "h")]));
         assert!(ok(&[merged(0, other, &[("memory", "h"), ("sqlite", "h2")]), input(1, s1, "sqlite", "h")]));
         assert!(!ok(&[merged(0, both, &[("memory", "h"), ("sqlite", "h")]), input(1, s1, "sqlite", "h")]));
         // One ledger's merge names no ledgers: its `ledger` says it.
-        assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).results.results.trace_ledgers, None);
+        assert_eq!(merged(0, other, &[("memory", "h"), ("memory", "h2")]).parsed.results.trace_ledgers, None);
     }
 
     /// A clash inside a merge is named by the single run's seed, not by the merge's (its first run's).
@@ -308,15 +309,15 @@ mod tests {
     fn a_clash_is_named_by_the_single_run_s_seed() {
         let (single, merge) = (Path::new("s2.json"), Path::new("a/report.json"));
         let mut run = input(0, single, "sqlite", "h2");
-        run.results.results.seed = 2;
+        run.parsed.results.seed = 2;
         let mut parts: Vec<Results> = [("memory", "h1"), ("sqlite", "h2")]
             .iter()
-            .map(|(ledger, hash)| input(1, merge, ledger, hash).results.results)
+            .map(|(ledger, hash)| input(1, merge, ledger, hash).parsed.results)
             .collect();
         parts[0].seed = 1;
         parts[1].seed = 2;
-        let both = Input { results: Results::merge_all(&parts).expect("parts").into(), path: merge, file: 1 };
-        assert_eq!(both.results.results.seed, 1);
+        let both = Input { parsed: Results::merge_all(&parts).expect("parts").into(), path: merge, file: 1 };
+        assert_eq!(both.parsed.results.seed, 1);
         let error = refuse_twice_counted(&[run, both]).expect_err("counted twice");
         assert!(error.contains("the simulation of mixed seed 2 (sqlite ledger, trace hash h2)"), "{error}");
     }
