@@ -275,10 +275,10 @@ fn policy_section(results: Results) -> PolicySection {
 
 /// The lag points of the inputs of one policy. A report.json's section brings its report's series: its merged results
 /// forget the bound of an action run at several (and keep it when there was one, which is then not a series of it).
-fn lag_series(inputs: &[&Input]) -> Vec<LagSeries> {
+fn lag_series<I: AsInput>(inputs: &[&I]) -> Vec<LagSeries> {
     let mut by_action: BTreeMap<&str, BTreeMap<u64, (u64, u64)>> = BTreeMap::new();
     for input in inputs {
-        let carried = input.lag_series.as_deref().unwrap_or_default();
+        let carried = input.lag_series().unwrap_or_default();
         for series in carried {
             for point in &series.points {
                 let entry = by_action.entry(series.action.as_str()).or_default().entry(point.lag_bound_ms).or_default();
@@ -286,7 +286,7 @@ fn lag_series(inputs: &[&Input]) -> Vec<LagSeries> {
                 entry.1 += point.duplicate_count;
             }
         }
-        for (action, stats) in &input.results.actions {
+        for (action, stats) in &input.results().actions {
             if let Some(bound) = stats.lag_bound_ms
                 && !carried.iter().any(|s| s.action == *action)
             {
@@ -372,24 +372,61 @@ impl From<Results> for Input {
     }
 }
 
+/// What the report builder reads of one input, borrowed: a run's own [`Results`] (which lists itself and brings no lag
+/// series) or an [`Input`]. [`build_report`] and [`build_report_from`] share the builder without copying any results.
+trait AsInput {
+    fn results(&self) -> &Results;
+    /// The runs listed for these results; `None` lists the results themselves (see [`Input::runs`]).
+    fn runs(&self) -> Option<&[RunSummary]> {
+        None
+    }
+    /// The lag series a report.json's first section brings (see [`Input::lag_series`]).
+    fn lag_series(&self) -> Option<&[LagSeries]> {
+        None
+    }
+}
+
+impl AsInput for Results {
+    fn results(&self) -> &Results {
+        self
+    }
+}
+
+impl AsInput for Input {
+    fn results(&self) -> &Results {
+        &self.results
+    }
+    fn runs(&self) -> Option<&[RunSummary]> {
+        self.runs.as_deref()
+    }
+    fn lag_series(&self) -> Option<&[LagSeries]> {
+        self.lag_series.as_deref()
+    }
+}
+
 /// Every figure of the report for `results` (grouped by policy and merged), against `baseline` when given.
 pub fn build_report(results: &[Results], baseline: Option<&Results>) -> Result<Report, Error> {
-    build_report_from(&results.iter().cloned().map(Input::from).collect::<Vec<_>>(), baseline)
+    build(results, baseline)
 }
 
 /// [`build_report`] on inputs that may be an earlier report's sections.
 pub fn build_report_from(inputs: &[Input], baseline: Option<&Results>) -> Result<Report, Error> {
+    build(inputs, baseline)
+}
+
+/// The builder of [`build_report`] and [`build_report_from`].
+fn build<I: AsInput>(inputs: &[I], baseline: Option<&Results>) -> Result<Report, Error> {
     if inputs.is_empty() {
         return Err(Error::NoResults);
     }
-    let mut groups: BTreeMap<(u8, &str), Vec<&Input>> = BTreeMap::new();
+    let mut groups: BTreeMap<(u8, &str), Vec<&I>> = BTreeMap::new();
     for input in inputs {
-        groups.entry(policy_rank(&input.results.policy)).or_default().push(input);
+        groups.entry(policy_rank(&input.results().policy)).or_default().push(input);
     }
     let policies: Vec<PolicySection> = groups
         .values()
         .map(|group| {
-            let merged = Results::merge_all(group.iter().map(|i| &i.results)).expect("a group is never empty");
+            let merged = Results::merge_all(group.iter().map(|i| i.results())).expect("a group is never empty");
             policy_section(merged)
         })
         .collect();
@@ -398,10 +435,10 @@ pub fn build_report_from(inputs: &[Input], baseline: Option<&Results>) -> Result
     let baseline = baseline.map(|b| baseline_diff(b, &policies[0]));
     let runs = inputs
         .iter()
-        .flat_map(|input| match &input.runs {
-            Some(runs) => runs.clone(),
+        .flat_map(|input| match input.runs() {
+            Some(runs) => runs.to_vec(),
             None => {
-                let r = &input.results;
+                let r = input.results();
                 vec![RunSummary {
                     scenario: r.scenario.clone(),
                     seed: r.seed,
