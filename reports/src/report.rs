@@ -1132,16 +1132,53 @@ pub fn parse_all_results(text: &str, path: &Path) -> Result<Vec<Results>, Error>
 
 /// [`parse_all_results`], with what a `report.json` lists beside its sections' results (see [`Input`]).
 pub fn parse_all_inputs(text: &str, path: &Path) -> Result<Vec<Input>, Error> {
-    let parse_error = |e: serde_json::Error| Error::Parse {
-        path: path.to_path_buf(),
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    };
-    let value: serde_json::Value = serde_json::from_str(text).map_err(parse_error)?;
-    // A report.json is known by its format or its sections: one that lost `report_format` is named as a report.
-    if value.get("report_format").is_some() || value.get("policies").is_some() {
-        let report: Report = serde_json::from_str(text).map_err(parse_error)?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| parse_error(path, e))?;
+    // Typed from the text, not from `value`, which keeps the last of a member given twice: the text's parse refuses it.
+    inputs(is_report(&value), Source::Text(text), path)
+}
+
+/// [`parse_all_inputs`] on the `value` already parsed from `text`, read from `value` rather than parsed again (`text`
+/// only places an error, as [`parse_all_inputs`] would). `value` keeps the last of a member given twice, which
+/// [`parse_all_inputs`] refuses: give it only text already held to have none (`flowsim report` checks it strictly).
+pub fn parse_all_inputs_from(value: serde_json::Value, text: &str, path: &Path) -> Result<Vec<Input>, Error> {
+    inputs(is_report(&value), Source::Value(value, text), path)
+}
+
+/// A `serde_json` error of the file at `path`.
+fn parse_error(path: &Path, e: serde_json::Error) -> Error {
+    Error::Parse { path: path.to_path_buf(), line: e.line(), column: e.column(), message: e.to_string() }
+}
+
+/// Whether a file's JSON is a report.json, known by its format or its sections: one that lost `report_format` is
+/// named as a report.
+fn is_report(value: &serde_json::Value) -> bool {
+    value.get("report_format").is_some() || value.get("policies").is_some()
+}
+
+/// What a file's typed contents are read from, once its text has parsed as JSON.
+enum Source<'a> {
+    /// The text, parsed again, which refuses a member given twice.
+    Text(&'a str),
+    /// The `Value` parsed from the text; the text is parsed again only to place an error.
+    Value(serde_json::Value, &'a str),
+}
+
+impl Source<'_> {
+    fn read<T: serde::de::DeserializeOwned>(self, path: &Path) -> Result<T, Error> {
+        match self {
+            Source::Text(text) => serde_json::from_str(text).map_err(|e| parse_error(path, e)),
+            // A `Value`'s error has no line and column. The text's parse, which reads a document as the `Value` does
+            // but for a member given twice, fails alike and gives them.
+            Source::Value(value, text) => serde_json::from_value(value)
+                .map_err(|e| parse_error(path, serde_json::from_str::<T>(text).err().unwrap_or(e))),
+        }
+    }
+}
+
+/// The inputs of a file: a report.json's sections (`report`), else its one results.
+fn inputs(report: bool, source: Source<'_>, path: &Path) -> Result<Vec<Input>, Error> {
+    if report {
+        let report: Report = source.read(path)?;
         let refuse = |message: String| Error::Parse { path: path.to_path_buf(), line: 0, column: 0, message };
         if report.report_format != REPORT_FORMAT {
             return Err(refuse(format!(
@@ -1176,7 +1213,7 @@ pub fn parse_all_inputs(text: &str, path: &Path) -> Result<Vec<Input>, Error> {
             })
             .collect());
     }
-    Ok(vec![Input::from(serde_json::from_str::<Results>(text).map_err(parse_error)?)])
+    Ok(vec![Input::from(source.read::<Results>(path)?)])
 }
 
 /// The policy whose section a report puts first, and diffs against a baseline: `rules` when `results` hold it.

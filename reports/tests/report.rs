@@ -329,3 +329,39 @@ fn a_report_that_lists_no_runs_is_refused() {
     let error = parse_results(&value.to_string(), Path::new("r/report.json")).expect_err("no runs");
     assert!(error.to_string().contains("the report lists no runs"), "{error}");
 }
+
+/// `parse_all_inputs_from` reads a file from the `Value` already parsed from it as `parse_all_inputs` reads its text:
+/// the same inputs, and the same errors, placed at the same line and column.
+#[test]
+fn inputs_read_from_a_value_are_those_read_from_the_text() {
+    use reports::report::{parse_all_inputs, parse_all_inputs_from};
+    let report = render_json(&build_report(&month(), None).unwrap());
+    let run = serde_json::to_string_pretty(&rules(1, 500, 3)).unwrap();
+    // (text, whether it is read)
+    let texts = [
+        (report.clone(), true),
+        (run.clone(), true),
+        (run.replacen("\"seed\": 1,", "\"seed\": 1, \"unknown\": [1, {}],", 1), true),
+        (run.replacen("\"seed\": 1,", "\"seed\": \"one\",", 1), false),
+        (run.replacen("\"steps\":", "\"steps_\":", 1), false),
+        ("[1, 2]".to_string(), false),
+        ("null".to_string(), false),
+        (report.replacen("flow-report/1", "flow-report/9", 1), false),
+        (report.replacen("\"point\":", "\"point\": \"x\", \"was\":", 1), false),
+    ];
+    let path = Path::new("r/report.json");
+    for (text, read) in &texts {
+        let value = serde_json::from_str(text).unwrap();
+        match (parse_all_inputs(text, path), parse_all_inputs_from(value, text, path)) {
+            (Ok(a), Ok(b)) if *read => assert_eq!(a, b),
+            (Err(a), Err(b)) if !*read => {
+                assert_eq!(a.to_string(), b.to_string());
+                assert!(matches!((&a, &b), (Error::Parse { line: l, .. }, Error::Parse { line: m, .. }) if l == m));
+            }
+            (a, b) => panic!("{text}: {a:?} but {b:?}"),
+        }
+    }
+    let (text, _) = &texts[3];
+    let error = parse_all_inputs_from(serde_json::from_str(text).unwrap(), text, path).unwrap_err();
+    assert!(matches!(error, Error::Parse { line: 3, column: 15, .. }), "{error:?}");
+}

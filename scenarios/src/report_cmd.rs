@@ -65,12 +65,13 @@ pub fn collect(inputs: &[PathBuf]) -> Result<Vec<reports::report::Input>, String
         }
         let value: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| format!("{}:{}:{}: not JSON: {e}", path.display(), e.line(), e.column()))?;
-        // serde_json keeps the last of a member given twice; a results file never has one.
+        // serde_json keeps the last of a member given twice; a results file never has one. This strict parse only
+        // checks: the file is read from `value`.
         engine::canonical::canonicalize_bytes(text.as_bytes())
             .map_err(|e| format!("{}: not a flowsim results file: {e}", path.display()))?;
         if value.get("check_format").is_none() {
             // A report.json holds a section per policy: each is counted.
-            let all = reports::report::parse_all_inputs(&text, path).map_err(|e| e.to_string())?;
+            let all = reports::report::parse_all_inputs_from(value, &text, path).map_err(|e| e.to_string())?;
             plain.extend(all.into_iter().map(|parsed| Input { parsed, path, file: order }));
             continue;
         }
