@@ -4,7 +4,9 @@
 //! Invariant: this crate reads `sim`'s results type only; it never links `engine`, so a report can be made
 //! anywhere the results JSON files are.
 //!
-//! The CLI (`flowsim report`, `flowsim check`) uses [`load_results`], [`write_report`] and [`junit`].
+//! `flowsim report` reads its inputs itself (strictly, with check files and report.json beside results files) and uses
+//! [`report::build_report_from`] and [`report::write_built`]; `flowsim check` uses [`junit()`]. [`load_results`] and
+//! [`write_report`] serve a library caller holding results files (`reports/examples/report.rs`).
 
 pub mod files;
 pub mod junit;
