@@ -393,7 +393,8 @@ fn a_decision_blocked_by_a_live_writer_names_the_file_and_says_to_try_again() {
 /// The one reading of a SQLite failure on an existing ledger file that `flow` and the ledger's opens share
 /// ([`open_failure`]): a permission error is a storage error (`flow` used to call it "not a Flow ledger", exit 2,
 /// while the ledger called it a storage error), as are a lock, a hot journal and a directory SQLite may not create
-/// its journal in; a file SQLite cannot read as a database is no ledger; anything else is left to the caller.
+/// its journal in; a file SQLite cannot read as a database is no ledger, one it finds malformed is damaged (it used to
+/// be no ledger too); anything else is left to the caller.
 #[test]
 fn one_reading_of_a_sqlite_failure_serves_flow_and_the_ledger() {
     use engine::ledger::sqlite::{OpenFailure, open_failure};
@@ -417,9 +418,11 @@ fn one_reading_of_a_sqlite_failure_serves_flow_and_the_ledger() {
     let OpenFailure::Storage(why) = failure(ffi::SQLITE_BUSY) else { unreachable!() };
     assert!(why.contains("locked by another connection") && why.contains("try again"), "{why}");
     // SQLite could not open a file this user may read: not a permission problem.
-    for code in [ffi::SQLITE_NOTADB, ffi::SQLITE_CORRUPT, ffi::SQLITE_IOERR, ffi::SQLITE_CANTOPEN] {
+    for code in [ffi::SQLITE_NOTADB, ffi::SQLITE_IOERR, ffi::SQLITE_CANTOPEN] {
         assert!(matches!(failure(code), OpenFailure::NotALedger(_)), "{code}: {:?}", failure(code));
     }
+    // SQLite reads it as a database and finds part of it malformed: a damaged file, not one that is no ledger.
+    assert!(matches!(failure(ffi::SQLITE_CORRUPT), OpenFailure::Damaged(_)), "{:?}", failure(ffi::SQLITE_CORRUPT));
     assert!(matches!(failure(ffi::SQLITE_FULL), OpenFailure::Other(_)), "{:?}", failure(ffi::SQLITE_FULL));
 }
 

@@ -5,6 +5,8 @@
 //! Errors are compared by their `Debug` text against an expected `Error` value, so a test names the exact error
 //! (kind, key, fences, states) and not merely "some error".
 
+mod common;
+
 use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger};
@@ -697,6 +699,35 @@ mod sqlite_file_only {
         let conn = rusqlite::Connection::open(&path).unwrap();
         let n: i64 = conn.query_row("SELECT count(*) FROM customers", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 1, "the foreign database is untouched");
+    }
+
+    /// A page SQLite finds malformed in a ledger file (its `SQLITE_CORRUPT`, "database disk image is malformed": a
+    /// failing disk, a stray write) is [`Error::Damaged`], not [`Error::Corrupt`], which says a file is no ledger: the
+    /// file opens, what is whole is read as ever, and a read or a write that meets the damage is refused as damaged,
+    /// the write rolled back and the ledger left usable. It used to be "corrupt or not a ledger".
+    #[test]
+    fn a_damaged_page_is_damaged_not_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        {
+            let l = open(&path).unwrap();
+            assert!(l.create_run(run_of("run-1", RunStatus::Running)).unwrap());
+            granted(l.claim(&claim_of(key(1), "run-1", "w1", 10, 0)));
+        }
+        crate::common::damage_root_page(&path, "steps");
+        let l = open(&path).unwrap();
+        assert_eq!(l.run_status("run-1").unwrap(), Some(RunStatus::Running));
+        let damaged = |result: Result<(), Error>| match result {
+            Err(e @ Error::Damaged { .. }) => {
+                let said = e.to_string();
+                assert!(said.contains("the ledger file is damaged") && said.contains("malformed"), "{said}");
+            }
+            other => panic!("expected Damaged, got {other:?}"),
+        };
+        damaged(l.get(&key(1)).map(drop));
+        damaged(l.claim(&claim_of(key(2), "run-1", "w1", 20, 0)).map(drop));
+        l.set_run_status("run-1", RunStatus::Paused, Some("waits"), 30).unwrap();
+        assert_eq!(l.run_status("run-1").unwrap(), Some(RunStatus::Paused));
     }
 
     #[test]

@@ -18,10 +18,13 @@
 //! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
 //! with a message naming the file: the ledger locked by another connection, a hot `-journal` a writer left, a file,
 //! `-wal` or `-shm` this user may not read (or, for `resolve`, write), a directory `resolve` may not create SQLite's
-//! `-wal` or `-shm` in; 2 bad usage or bad input, with a message naming it (a file that is not a ledger, a run id the
-//! ledger does not hold, `--mark-done` that is not valid JSON, a blank `--by`), and the ledger left as it was. Both
-//! kinds of SQLite failure are told apart as the ledger's own opens tell them
-//! ([`engine::ledger::sqlite::open_failure`]).
+//! `-wal` or `-shm` in, a damaged ledger (a page SQLite finds malformed, its `SQLITE_CORRUPT`: "the ledger file is
+//! damaged", with the `sqlite3 FILE "PRAGMA integrity_check"` that says what is damaged); 2 bad usage or bad input,
+//! with a message naming it (a file that is not a ledger, a run id the ledger does not hold, `--mark-done` that is
+//! not valid JSON, a blank `--by`), and the ledger left as it was. Both kinds of SQLite failure are told apart as the
+//! ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened, [`engine::ledger::Error`]
+//! after), and both commands say a failure of the ledger one way: a damaged ledger is damaged whichever command, and
+//! whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
 //!
 //! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, a path that
 //! is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told by its metadata, before
@@ -97,7 +100,8 @@ enum Refusal {
     /// It is not a Flow ledger of this build's schema (or no file at all): bad input, exit 2.
     NotALedger(String),
     /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
-    /// this user may not read or write it, or create SQLite's files beside it): a storage error, exit 1.
+    /// this user may not read or write it, or create SQLite's files beside it, a page of it is damaged): a storage
+    /// error, exit 1.
     Storage(String),
 }
 
@@ -126,8 +130,28 @@ fn open_read_only(path: &Path) -> Result<SqliteLedger, Refusal> {
     SqliteLedger::open_read_only(path, Options::default()).map_err(|e| match e {
         // Its message names the file.
         LedgerError::Storage(detail) => Refusal::Storage(detail),
+        LedgerError::Damaged { .. } => ledger_refusal(path, &e),
         e => Refusal::NotALedger(format!("{}: {e}", path.display())),
     })
+}
+
+/// Why `flow` stops at the failure `e` of the ledger at `path`, a file [`check_is_ledger`] found to be a ledger: a
+/// storage error (exit 1), named with the file. Both commands say every failure of the ledger through this, so they
+/// call one condition by one name: a page SQLite finds malformed ([`LedgerError::Damaged`], as the ledger reads
+/// SQLite's `SQLITE_CORRUPT`) is a damaged ledger, whichever command reads it first, never a file that is no ledger.
+fn ledger_refusal(path: &Path, e: &LedgerError) -> Refusal {
+    Refusal::Storage(format!("{}: {}", path.display(), ledger_failure(path, e)))
+}
+
+/// What `flow` says of the failure `e` of the ledger at `path`, without naming the file but in the command that
+/// checks a damaged one.
+fn ledger_failure(path: &Path, e: &LedgerError) -> String {
+    match e {
+        LedgerError::Damaged { .. } => {
+            format!("{e}; check it with sqlite3 {} \"PRAGMA integrity_check\"", path.display())
+        }
+        e => e.to_string(),
+    }
 }
 
 /// The tables of a ledger of this build and their columns, from its migrations applied to an empty database.
@@ -158,11 +182,13 @@ fn tables(conn: &rusqlite::Connection) -> rusqlite::Result<BTreeMap<String, Vec<
 
 /// Why SQLite could not open or read the file `path`, which starts like a SQLite database, as the ledger reads such a
 /// failure ([`open_failure`]): a lock another connection holds, a hot `-journal`, a file, `-wal` or `-shm` this user
-/// may not read are conditions of a ledger's storage, not signs that the file is no ledger (a storage error); what
-/// SQLite cannot read as a database, or fails at otherwise, is refused as no ledger, `doing` saying what failed.
+/// may not read, and a page SQLite finds malformed (a damaged file, said as [`ledger_failure`] says a damaged
+/// ledger) are conditions of a ledger's storage, not signs that the file is no ledger (a storage error); what SQLite
+/// cannot read as a database, or fails at otherwise, is refused as no ledger, `doing` saying what failed.
 fn sqlite_refusal(path: &Path, e: &rusqlite::Error, doing: &str) -> Refusal {
     match open_failure(path, e) {
         OpenFailure::Storage(why) => Refusal::Storage(why),
+        OpenFailure::Damaged(why) => Refusal::Storage(ledger_failure(path, &LedgerError::Damaged { detail: why })),
         OpenFailure::NotALedger(why) | OpenFailure::Other(why) => Refusal::NotALedger(format!("{doing}: {why}")),
     }
 }
@@ -272,7 +298,7 @@ fn main() -> ExitCode {
             };
             let ids = match ledger.paused_runs() {
                 Ok(ids) => ids,
-                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                Err(e) => return ledger_refusal(&path, &e).fail(),
             };
             let mut out = std::io::stdout().lock();
             for id in ids {
@@ -282,7 +308,7 @@ fn main() -> ExitCode {
                         writeln!(out, "{}\t{}\t{}", field(&run.run_id), field(&run.workflow), field(&reason))
                     }
                     Ok(None) => Ok(()),
-                    Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                    Err(e) => return ledger_refusal(&path, &e).fail(),
                 };
                 if let Err(e) = written {
                     return output_failed(&e);
@@ -323,6 +349,7 @@ fn main() -> ExitCode {
             match open_read_only(&path).map(|l| engine::executor::resolvable(&l, &run)) {
                 Err(refusal) => return refusal.fail(),
                 Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
+                Ok(Err(engine::executor::Error::Ledger(e))) => return ledger_refusal(&path, &e).fail(),
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
                 Ok(Err(e)) => return fail(1, &format!("{}: {e}", path.display())),
                 Ok(Ok(_)) => {}
@@ -336,7 +363,7 @@ fn main() -> ExitCode {
             }
             let ledger = match SqliteLedger::open(&path, Options::default()) {
                 Ok(l) => l,
-                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                Err(e) => return ledger_refusal(&path, &e).fail(),
             };
             match engine::executor::record_resolution(&ledger, &run, &resolution, &by, SystemClock.now_ms()) {
                 // The decision is recorded: a reader gone from standard output changes nothing about that.
@@ -347,6 +374,7 @@ fn main() -> ExitCode {
                 // A run id the ledger does not hold is bad input (a typo, another ledger's run): nothing was written.
                 Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
                 // A write that waited out another connection's lock says so (the ledger's message), named here.
+                Err(engine::executor::Error::Ledger(e)) => ledger_refusal(&path, &e).fail(),
                 Err(e) => fail(1, &format!("{}: {e}", path.display())),
             }
         }

@@ -322,8 +322,13 @@ pub enum Error {
     NotFound { what: String },
     /// The ledger file was written by a newer schema than this build knows.
     SchemaTooNew { found: i64, supported: i64 },
-    /// The file is not a ledger, or is damaged.
+    /// The file is not a ledger (not a SQLite database, another program's database), or holds a record this build
+    /// cannot read back.
     Corrupt { detail: String },
+    /// SQLite finds part of the ledger file malformed (its `SQLITE_CORRUPT`, "database disk image is malformed"): the
+    /// file is a SQLite database, and a page of it is damaged (a failing disk, a stray write), which is a condition
+    /// of its storage, not a sign that it is no ledger. SQLite's `PRAGMA integrity_check` says what is damaged.
+    Damaged { detail: String },
     /// Any other storage failure.
     Storage(String),
     /// The caller's request is malformed (a resolution that names no person); nothing was written.
@@ -352,6 +357,9 @@ impl std::fmt::Display for Error {
                  use a newer build"
             ),
             Error::Corrupt { detail } => write!(f, "the ledger file is corrupt or not a ledger: {detail}"),
+            Error::Damaged { detail } => {
+                write!(f, "the ledger file is damaged, SQLite cannot read part of it: {detail}")
+            }
             Error::Storage(detail) => write!(f, "ledger storage error: {detail}"),
             Error::Invalid { detail } => write!(f, "refused: {detail}"),
             Error::Superseded { run_id, status: RunStatus::Paused } => write!(

@@ -6,8 +6,9 @@
 //! The schema version lives in `PRAGMA user_version`; [`MIGRATIONS`] are applied in order, each in its own
 //! transaction together with the version bump. A file whose version is newer than this build knows is refused with
 //! [`Error::SchemaTooNew`]. A file SQLite cannot read as a database (garbage bytes, a damaged header), or a
-//! database at version 0 that already holds tables (not a ledger), is refused with [`Error::Corrupt`]; nothing is
-//! ever recreated over it. SQLite's `random()` is never used: every value stored comes from the caller.
+//! database at version 0 that already holds tables (not a ledger), is refused with [`Error::Corrupt`]; a page SQLite
+//! finds malformed (`SQLITE_CORRUPT`), when the file is opened or at any later read, is [`Error::Damaged`]. Nothing is
+//! ever recreated over either. SQLite's `random()` is never used: every value stored comes from the caller.
 //!
 //! # Settings
 //! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=NORMAL` by default.
@@ -403,7 +404,9 @@ enum Commit {
 
 fn storage(e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => Error::Corrupt { detail: e.to_string() },
+        Some(ErrorCode::NotADatabase) => Error::Corrupt { detail: e.to_string() },
+        // A page SQLite finds malformed in a file it reads as a database: the ledger is damaged, not something else.
+        Some(ErrorCode::DatabaseCorrupt) => Error::Damaged { detail: e.to_string() },
         // SQLite's own words ("database is locked") do not say that the lock is another process's, nor that it passes.
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Storage(locked(&e)),
         _ => Error::Storage(e.to_string()),
@@ -432,8 +435,11 @@ pub enum OpenFailure {
     /// ledger: another connection holds its lock, a writer that crashed left a hot `-journal`, this user may not
     /// read or write the file, its `-wal` or `-shm`, or create them in its directory.
     Storage(String),
-    /// SQLite cannot read it as a database: it is none, or it is damaged.
+    /// SQLite cannot read it as a database: it is none (or its header is damaged beyond reading).
     NotALedger(String),
+    /// SQLite reads it as a database but finds part of it malformed (`SQLITE_CORRUPT`): a damaged file, which may
+    /// well be a ledger, as [`Error::Damaged`] says of one; a condition of its storage, as [`OpenFailure::Storage`].
+    Damaged(String),
     /// Neither, as far as SQLite says (an unexpected error of SQLite's): each caller keeps its own reading, the
     /// ledger a storage error, `flow` bad input.
     Other(String),
@@ -442,7 +448,8 @@ pub enum OpenFailure {
 /// Reads the failure `e` of SQLite opening or first reading the existing file `path` (see [`OpenFailure`]). A
 /// permission problem is a storage error, whatever SQLite calls it: a file, `-wal` or `-shm` this user may not open
 /// ("unable to open database file"), one it may only read ("attempt to write a readonly database"), a directory it
-/// may not create SQLite's journal in. A file SQLite cannot open for another reason, and cannot read, is no ledger.
+/// may not create SQLite's journal in. A file SQLite reads as a database and finds malformed is damaged. A file
+/// SQLite cannot open for another reason, and cannot read, is no ledger.
 pub fn open_failure(path: &Path, e: &rusqlite::Error) -> OpenFailure {
     let extended = e.sqlite_error().map(|failure| failure.extended_code);
     match e.sqlite_error_code() {
@@ -472,9 +479,8 @@ pub fn open_failure(path: &Path, e: &rusqlite::Error) -> OpenFailure {
             Some(why) => OpenFailure::Storage(format!("{why} (SQLite: {e})")),
             None => OpenFailure::NotALedger(e.to_string()),
         },
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt | ErrorCode::SystemIoFailure) => {
-            OpenFailure::NotALedger(e.to_string())
-        }
+        Some(ErrorCode::DatabaseCorrupt) => OpenFailure::Damaged(e.to_string()),
+        Some(ErrorCode::NotADatabase | ErrorCode::SystemIoFailure) => OpenFailure::NotALedger(e.to_string()),
         _ => OpenFailure::Other(e.to_string()),
     }
 }
@@ -529,11 +535,13 @@ fn directory_of(file: &Path) -> &Path {
 }
 
 /// A failure of the first reads of the existing file `path`, as [`open_failure`] reads it: a file SQLite cannot read
-/// as a database is refused as corrupt (with SQLite's reason); a lock another connection holds is not corruption,
-/// nor is a hot `-journal` that a read-only connection may not roll back, nor a permission problem.
+/// as a database is refused as corrupt (with SQLite's reason), one it finds malformed as damaged; a lock another
+/// connection holds is not corruption, nor is a hot `-journal` that a read-only connection may not roll back, nor a
+/// permission problem.
 fn read_error(path: &Path, e: rusqlite::Error) -> Error {
     match open_failure(path, &e) {
         OpenFailure::NotALedger(why) => corrupt(format!("{}: {why}", path.display())),
+        OpenFailure::Damaged(why) => Error::Damaged { detail: format!("{}: {why}", path.display()) },
         OpenFailure::Storage(why) | OpenFailure::Other(why) => Error::Storage(format!("{}: {why}", path.display())),
     }
 }
@@ -768,6 +776,7 @@ impl SqliteLedger {
         // A file may hold rows already: the cache starts as a cache of some rows, filled as they are read.
         Self::finish_open(conn, options, true, false).map_err(|e| match e {
             Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
+            Error::Damaged { detail } => Error::Damaged { detail: format!("{}: {detail}", path.display()) },
             other => other,
         })
     }
@@ -878,7 +887,7 @@ impl SqliteLedger {
                 Ok(value)
             }
             // An error of the state machine wrote nothing: the batch goes on.
-            Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => finish_if_empty(&mut state, e),
+            Err(e) if !failed_in_storage(&e) => finish_if_empty(&mut state, e),
             Err(e) => {
                 fail_batch(&mut state, self.journal, &e);
                 Err(e)
@@ -911,7 +920,7 @@ impl SqliteLedger {
         match f(conn, cache) {
             Ok((value, _)) => Ok(value),
             // An error of the state machine wrote nothing.
-            Err(e) if !matches!(e, Error::Storage(_) | Error::Corrupt { .. }) => Err(e),
+            Err(e) if !failed_in_storage(&e) => Err(e),
             Err(e) => {
                 fail_batch(&mut state, self.journal, &e);
                 Err(e)
@@ -925,6 +934,12 @@ impl SqliteLedger {
 /// parsing both statements again each time (`execute_batch`) was a tenth of a SQLite simulation's time.
 fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
+/// Whether `e` is a failure of SQLite's (a statement may have done part of its work, or the transaction is gone), not
+/// a refusal of the state machine, which is decided before anything is written.
+fn failed_in_storage(e: &Error) -> bool {
+    matches!(e, Error::Storage(_) | Error::Corrupt { .. } | Error::Damaged { .. })
 }
 
 /// After a refused write: closes the transaction when it holds nothing, then returns the refusal.

@@ -430,3 +430,38 @@ pub fn live_writer(path: &std::path::Path, run_id: &str) -> rusqlite::Connection
     writer.execute("UPDATE runs SET updated_ms = updated_ms WHERE run_id = ?1", [run_id]).expect("write");
     writer
 }
+
+/// Damages the closed ledger file at `path` (no `-wal`: its pages are all in the file) as a failing disk or a stray
+/// write would: the root page of `table`'s b-tree, a page beyond page 1, is overwritten with bytes that are no b-tree
+/// page, so every read of the table fails with SQLite's `SQLITE_CORRUPT` ("database disk image is malformed"). The
+/// header and the schema on page 1 stay as they were, so the file still passes as a ledger. Returns the page's number.
+pub fn damage_root_page(path: &std::path::Path, table: &str) -> u64 {
+    use std::io::{Seek, SeekFrom, Write};
+    let root = {
+        // The last connection to close removes the `-wal` it made, leaving the file alone as before.
+        let conn = rusqlite::Connection::open(path).expect("open the ledger");
+        let root: i64 = conn
+            .query_row("SELECT rootpage FROM sqlite_schema WHERE type = 'table' AND name = ?1", [table], |row| {
+                row.get(0)
+            })
+            .expect("the table's root page");
+        u64::try_from(root).unwrap()
+    };
+    let wal = format!("{}-wal", path.display());
+    assert!(!std::path::Path::new(&wal).exists(), "the ledger must be closed, its pages all in the file");
+    let bytes = std::fs::read(path).expect("read the ledger");
+    assert_eq!(&bytes[..16], b"SQLite format 3\0");
+    // The page size: two bytes at offset 16, big-endian; 1 stands for 65,536.
+    let page_size = match u64::from(u16::from_be_bytes([bytes[16], bytes[17]])) {
+        1 => 65_536,
+        size => size,
+    };
+    assert!(root > 1, "page 1 holds the header and the schema: {table} must be elsewhere");
+    assert!(root * page_size <= bytes.len() as u64, "page {root} of {table} is past the end of the file");
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).expect("open the ledger to write");
+    file.seek(SeekFrom::Start((root - 1) * page_size)).unwrap();
+    // 0xff is no b-tree page's type (2, 5, 10 or 13), and the cell count and offsets it makes point past the page.
+    file.write_all(&vec![0xff; page_size as usize]).unwrap();
+    file.sync_all().unwrap();
+    root
+}

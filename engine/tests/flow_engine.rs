@@ -1,0 +1,126 @@
+//! `flow` against ledgers a real engine run wrote (a run of the test connector, paused at an at-most-once step whose
+//! outcome it cannot know), damaged on disk afterwards. Like `executor_cli.rs`, this drives a real engine and is left
+//! out of the simulation build.
+#![cfg(not(madsim))]
+#![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
+
+mod common;
+
+use common::*;
+use engine::ledger::sqlite::{Options, SqliteLedger};
+use engine::ledger::{Ledger, RunStatus};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+fn flow(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every file name in `dir` with its bytes.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The bank's workflow: a payout (at most once), then a note that takes the payout's output whole and its `id`.
+fn payout_then_note() -> Value {
+    json!({ "name": "wf", "steps": [
+        { "id": "pay", "action": "bank.payout", "inputs": { "amount": "{{trigger.amount}}" } },
+        { "id": "note", "action": "bank.note",
+          "inputs": { "whole": "{{steps.pay.output}}", "id": "{{steps.pay.output.id}}" } }
+    ]})
+}
+
+fn bank(script: &[Fate]) -> Arc<Scripted> {
+    Scripted::new("bank", vec![at_most_once("payout"), keyed("note", 86_400_000, false)], script)
+}
+
+/// A ledger at `path` in which the engine ran `runs`, each paused at its payout, whose answer was lost after the
+/// bank committed it; closed, so that its pages are all in the file.
+async fn ledger_with_real_paused_runs(path: &Path, runs: &[&str]) {
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(path, Options::default()).unwrap());
+    let connector = bank(&vec![Fate::ApplyThenTimeout; runs.len()]);
+    let engine = engine(config("w1"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
+    for run in runs {
+        assert_eq!(engine.start_run("wf", run, &engine::doc!({"amount": 1})).await.unwrap(), RunStatus::Paused);
+    }
+    assert_eq!(connector.effects().len(), runs.len());
+}
+
+/// A ledger a page of which is damaged (a failing disk, a stray write) is a storage error, exit 1, for both
+/// commands, the message naming the file, saying the ledger is damaged and how to check it, and the file is left as
+/// it was. Read through a damaged page, SQLite says "database disk image is malformed" (`SQLITE_CORRUPT`) about a
+/// file that passed as a ledger: it used to be said raw ("the ledger file is corrupt or not a ledger"), which reads
+/// as a file that is not a ledger (exit 2) while the exit was 1, and `paused` listed the runs (it never reads the
+/// steps) while `resolve` failed. The same holds when the damage is on page 1, in the schema `flow` reads to check
+/// that the file is a ledger: that used to be "not a Flow ledger", exit 2.
+#[tokio::test]
+async fn a_damaged_ledger_is_a_storage_error_for_both_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let sound = dir.path().join("sound.db");
+    ledger_with_real_paused_runs(&sound, &["r1"]).await;
+    // (the file, what is damaged, whether `paused` reads it)
+    let mut cases = Vec::new();
+    for (table, listed) in [("steps", true), ("runs", false)] {
+        let path = dir.path().join(format!("damaged-{table}.db"));
+        std::fs::copy(&sound, &path).unwrap();
+        let page = damage_root_page(&path, table);
+        cases.push((path, format!("page {page}, the root of {table}"), listed));
+    }
+    {
+        // The b-tree of the schema starts at byte 100 of page 1, after the 100-byte header, which is left as it was.
+        use std::io::{Seek, SeekFrom, Write};
+        let path = dir.path().join("damaged-schema.db");
+        std::fs::copy(&sound, &path).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.seek(SeekFrom::Start(100)).unwrap();
+        file.write_all(&[0xff; 12]).unwrap();
+        cases.push((path, "the schema on page 1".to_string(), false));
+    }
+    let before = snapshot(dir.path());
+    for (path, damage, listed) in &cases {
+        let file = path.to_str().unwrap();
+        let mut said = Vec::new();
+        let (code, stdout, stderr) = flow(&["paused", "--ledger", file]);
+        if *listed {
+            // The listing reads only the runs, which are whole.
+            assert_eq!(code, 0, "{damage}: {stdout}{stderr}");
+            assert!(stdout.starts_with("r1\twf\t") && stdout.lines().count() == 1, "{damage}: {stdout}");
+        } else {
+            said.push((code, stdout, stderr));
+        }
+        for decision in [&["--retry"][..], &["--abort"], &["--mark-done", r#"{"id":"po_1"}"#]] {
+            let mut args = vec!["resolve", "--ledger", file, "--run", "r1", "--by", "ann"];
+            args.extend_from_slice(decision);
+            said.push(flow(&args));
+        }
+        for (code, stdout, stderr) in said {
+            assert_eq!(code, 1, "{damage}: {stdout}{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{damage}: {stderr}");
+            assert!(stderr.starts_with(&format!("flow: {file}: ")), "{damage}: {stderr}");
+            assert!(stderr.contains("the ledger file is damaged"), "{damage}: {stderr}");
+            assert!(stderr.contains("database disk image is malformed"), "{damage}: {stderr}");
+            assert!(stderr.contains(&format!(r#"sqlite3 {file} "PRAGMA integrity_check""#)), "{damage}: {stderr}");
+            assert!(!stderr.contains("not a Flow ledger") && !stderr.contains("not a ledger"), "{damage}: {stderr}");
+        }
+        assert_eq!(snapshot(dir.path()), before, "{damage}: a refusal changed the directory");
+    }
+    // The sound copy is resolved as ever.
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", sound.to_str().unwrap(), "--run", "r1", "--retry", "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (0, "run r1 is now running\n"), "{stderr}");
+}
