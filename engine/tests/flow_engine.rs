@@ -1,6 +1,6 @@
 //! `flow` against ledgers a real engine run wrote (a run of the test connector, paused at an at-most-once step whose
-//! outcome it cannot know), damaged on disk afterwards. Like `executor_cli.rs`, this drives a real engine and is left
-//! out of the simulation build.
+//! outcome it cannot know): one damaged on disk afterwards, and decisions whose output is not a JSON object. Like
+//! `executor_cli.rs`, this drives a real engine and is left out of the simulation build.
 #![cfg(not(madsim))]
 #![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
 
@@ -123,4 +123,42 @@ async fn a_damaged_ledger_is_a_storage_error_for_both_commands() {
     let (code, stdout, stderr) =
         flow(&["resolve", "--ledger", sound.to_str().unwrap(), "--run", "r1", "--retry", "--by", "ann"]);
     assert_eq!((code, stdout.as_str()), (0, "run r1 is now running\n"), "{stderr}");
+}
+
+/// A step's output is whatever JSON the API answered (`Outcome::Applied` holds any document, and the engine stores
+/// and renders it as it is), so `--mark-done` takes any JSON value, not only an object: the engine adopts it as the
+/// step's output, a later step's `{{steps.pay.output}}` gets it whole, and `{{steps.pay.output.id}}` of a value
+/// that is no object renders as `null`, as any path that does not resolve does.
+#[tokio::test]
+async fn mark_done_takes_any_json_value_as_the_step_s_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let outputs = [
+        ("r1", "null", json!(null)),
+        ("r2", "1", json!(1)),
+        ("r3", r#""x""#, json!("x")),
+        ("r4", "[1]", json!([1])),
+        ("r5", r#"{"id":"po_9"}"#, json!({"id": "po_9"})),
+    ];
+    let runs: Vec<&str> = outputs.iter().map(|(run, _, _)| *run).collect();
+    ledger_with_real_paused_runs(&path, &runs).await;
+    for (run, json, _) in &outputs {
+        let (code, stdout, stderr) =
+            flow(&["resolve", "--ledger", file, "--run", run, "--mark-done", json, "--by", "ann"]);
+        assert_eq!((code, stdout), (0, format!("run {run} is now running\n")), "{json}: {stderr}");
+    }
+    // A worker applies each decision: the payout is not sent again, and the note gets the output marked done.
+    let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path, Options::default()).unwrap());
+    let connector = bank(&[]);
+    let engine = engine(config("w2"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
+    let resumed = engine.resume_unfinished().await.unwrap();
+    assert_eq!(resumed, runs.iter().map(|run| (run.to_string(), RunStatus::Succeeded)).collect::<Vec<_>>());
+    assert!(connector.calls().iter().all(|call| call.action == "note"), "{:?}", connector.calls());
+    let notes: Vec<Value> = connector.effects().into_iter().map(|effect| effect.inputs).collect();
+    let expected: Vec<Value> = outputs
+        .iter()
+        .map(|(_, _, output)| json!({ "whole": output, "id": output.get("id").cloned().unwrap_or(Value::Null) }))
+        .collect();
+    assert_eq!(notes, expected);
 }

@@ -35,7 +35,9 @@
 //! and its `-wal` and `-shm`, and create them in its directory when they are not there
 //! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
 //! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
-//! (a repeated member name, an integer no double holds exactly).
+//! (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an object: a
+//! step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds any
+//! document), and templates read any value (a path into one that has no such member renders as `null`).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -77,7 +79,8 @@ enum Command {
         /// The paused run's id (as `flow paused` lists it, unescaped: `$'a\tb'` in a POSIX shell for `a\tb`).
         #[arg(long, value_name = "ID")]
         run: String,
-        /// The effect happened: this JSON is the step's output (it may start with `-`: `--mark-done -1`).
+        /// The effect happened: this JSON, any value (as an API's answer may be), is the step's output (it may start
+        /// with `-`: `--mark-done -1`).
         #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         mark_done: Option<String>,
         /// Send it once more.

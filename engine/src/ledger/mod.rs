@@ -219,7 +219,9 @@ pub enum Intake {
 /// A person's decision about a paused step.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Resolution {
-    /// The effect happened: record this output and go on.
+    /// The effect happened: record this output and go on. Any JSON value, as a step's output is: an applied call's
+    /// answer is stored as the API gave it ([`crate::connector::Outcome::Applied`] holds any document), not only an
+    /// object, and templates read any value.
     MarkDone { output: serde_json::Value },
     /// Send it again anyway.
     Retry,
