@@ -50,6 +50,17 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         ),
         ("[connectors.ledgerly]\nlookup_wait_ms = 432000000\n", "connectors.ledgerly.lookup_wait_ms: 432000000 ms"),
         ("[world]\nlease_ms = 432000000\n", "world.lease_ms: 432000000 ms is not shorter than the heal phase"),
+        // A person deciding after the heal phase leaves the run at their desk, in flight, at the end.
+        (
+            "[world]\nperson_share = 0.5\nperson_delay_ms = 604800000\n",
+            "world.person_delay_ms: 604800000 ms is not shorter than the heal phase",
+        ),
+        // A call that takes longer than the heal phase cannot end within it.
+        (
+            "[connectors.payments]\nlatency_ms_median = 1000000000\nlatency_ms_p99 = 1000000000\n",
+            "connectors.payments.latency_ms_median: 1000000000 ms is not shorter than the heal phase",
+        ),
+        ("[connectors.email]\nlatency_ms_p99 = 432000000\n", "connectors.email.latency_ms_p99: 432000000 ms"),
         // An optional knob is named when its value is of the wrong kind, like every other.
         ("[connectors.contacts]\nlookup_wait_ms = -5\n", "connectors.contacts.lookup_wait_ms = -5 must be a whole"),
         ("[connectors.contacts]\nlookup_wait_ms = 5.5\n", "connectors.contacts.lookup_wait_ms = 5.5 must be a whole"),
@@ -58,6 +69,23 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
     for (toml, want) in cases {
         let error = error_of(toml);
         assert!(error.contains(want), "for\n{toml}the error {error:?} does not say {want:?}");
+    }
+}
+
+/// A wait 1 ms shorter than the heal phase fits; a person's delay counts only when a person looks at paused runs.
+#[test]
+fn waits_within_the_heal_phase_are_accepted() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    for toml in [
+        "[world]\nperson_share = 0.5\nperson_delay_ms = 431999999\n",
+        "[world]\nperson_share = 0.0\nperson_delay_ms = 604800000\n",
+        "[connectors.payments]\nlatency_ms_median = 431999999\nlatency_ms_p99 = 431999999\n",
+    ] {
+        std::fs::write(&file, toml).expect("write");
+        if let Err(e) = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {
+            panic!("refused:\n{toml}{e}");
+        }
     }
 }
 

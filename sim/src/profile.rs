@@ -331,10 +331,13 @@ fn validate_world(profile: &Profile, drawn: &dyn Fn(&str) -> Option<String>) -> 
             w.heal_s_max
         )));
     }
-    // A run may have to sit out one of these waits whole after the chaos ends: an answer lost at its end arrives as
-    // a timeout `timeout_ms` later, a rate-limited call is retried `retry_after_ms` later, a lookup waits out the
-    // declared lag bound, and a crashed worker's key is taken over once its lease expires. A wait as long as the heal
-    // phase leaves its run no time to end in, so its I8 failure would be the profile's doing, not the engine's.
+    // A run may have to sit out one of these waits whole after the chaos ends: a call takes its latency (the p99 when
+    // it draws from a spread, else the median it always takes), an answer lost at its end arrives as a timeout
+    // `timeout_ms` later, a rate-limited call is retried `retry_after_ms` later, a lookup waits out the declared lag
+    // bound, a crashed worker's key is taken over once its lease expires, and a person decides about a paused run
+    // `person_delay_ms` after it reaches their desk (the run is in flight until then: the desk is part of the world).
+    // A wait as long as the heal phase leaves its run no time to end in, so its I8 failure would be the profile's
+    // doing, not the engine's.
     let waits = profile.connectors.iter().flat_map(|(name, c)| {
         let lag = match c.lookup_wait_ms {
             Some(_) => "lookup_wait_ms".to_owned(),
@@ -343,14 +346,21 @@ fn validate_world(profile: &Profile, drawn: &dyn Fn(&str) -> Option<String>) -> 
             }
             None => "lag_ms_median (the lag bound a lookup waits out while lookup_wait_ms is unset)".to_owned(),
         };
+        let latency = if c.latency_ms_p99 > c.latency_ms_median {
+            ("latency_ms_p99", c.latency_ms_p99)
+        } else {
+            ("latency_ms_median", c.latency_ms_median)
+        };
         [
+            (format!("connectors.{name}.{}", latency.0), latency.1),
             (format!("connectors.{name}.timeout_ms"), c.timeout_ms),
             (format!("connectors.{name}.retry_after_ms"), c.retry_after_ms),
             (format!("connectors.{name}.{lag}"), c.declared_lag_bound_ms()),
         ]
     });
     let lease = std::iter::once(("world.lease_ms".to_owned(), w.lease_ms));
-    if let Some((name, ms)) = waits.chain(lease).find(|(_, ms)| *ms >= heal_ms) {
+    let person = (w.person_share > 0.0).then(|| ("world.person_delay_ms".to_owned(), w.person_delay_ms));
+    if let Some((name, ms)) = waits.chain(lease).chain(person).find(|(_, ms)| *ms >= heal_ms) {
         return Err(Error(format!(
             "{name}: {ms} ms is not shorter than the heal phase (world.heal_s_max = {} s): a run may have to wait \
              that long after the chaos ends, and could not end within the heal phase (I8); shorten it, or lengthen \
