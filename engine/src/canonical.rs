@@ -80,15 +80,19 @@ impl std::fmt::Display for Error {
             Error::LoneSurrogate { offset } => write!(f, "lone UTF-16 surrogate in a string at byte {offset}"),
             Error::NumberOutOfRange { text, offset } => {
                 // The text alone tells the cases apart: a literal whose double is finite and not zero was rejected
-                // as an integer that no double holds exactly.
+                // as an integer that no double holds exactly. Every number is printed shortened (a double near its
+                // largest has 309 integer digits, a literal may have thousands), so the message stays readable.
                 let nearest = parse_f64(text).filter(|d| d.is_finite() && *d != 0.0);
+                let shown = shorten_digits(text);
                 match (nearest, Decimal::parse(text).integer_text()) {
                     (Some(nearest), Some(integer)) => write!(
                         f,
-                        "number {text} at byte {offset}: the integer {integer} cannot be represented exactly as an \
-                         IEEE-754 double (the nearest is {nearest:.0}); send it as a string"
+                        "number {shown} at byte {offset}: the integer {} cannot be represented exactly as an \
+                         IEEE-754 double (the nearest is {}); send it as a string",
+                        shorten_digits(&integer),
+                        shorten_digits(&format!("{nearest:.0}"))
                     ),
-                    _ => write!(f, "number {text} at byte {offset} is outside the range of IEEE-754 doubles"),
+                    _ => write!(f, "number {shown} at byte {offset} is outside the range of IEEE-754 doubles"),
                 }
             }
             Error::TooDeep { depth_max, offset } => {
@@ -99,6 +103,38 @@ impl std::fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Most digits in a row that an error message prints whole; a longer run is shortened by [`shorten_digits`].
+const MESSAGE_DIGITS_MAX: usize = 40;
+
+/// `text` with every run of more than [`MESSAGE_DIGITS_MAX`] decimal digits shortened to its leading digits (up to 36,
+/// without the run's trailing zeros), `…`, its last three digits and its length: the integer 17976931348623158 x
+/// 10^292 is `17976931348623158…000 (309 digits)`. For error messages only: what a number is stays recognisable and
+/// the message stays one short line.
+fn shorten_digits(text: &str) -> String {
+    const HEAD_MAX: usize = MESSAGE_DIGITS_MAX - 4;
+    const TAIL: usize = 3;
+    let mut out = String::with_capacity(text.len().min(2 * MESSAGE_DIGITS_MAX));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let run_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if run_len == 0 {
+            let other = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+            out.push_str(&rest[..other]);
+            rest = &rest[other..];
+            continue;
+        }
+        let run = &rest[..run_len];
+        if run_len <= MESSAGE_DIGITS_MAX {
+            out.push_str(run);
+        } else {
+            let head = run.trim_end_matches('0').len().clamp(1, HEAD_MAX);
+            out.push_str(&format!("{}…{} ({run_len} digits)", &run[..head], &run[run_len - TAIL..]));
+        }
+        rest = &rest[run_len..];
+    }
+    out
+}
 
 /// Parses `bytes` as JSON and returns its RFC 8785 canonical form.
 pub fn canonicalize_bytes(bytes: &[u8]) -> Result<Vec<u8>, Error> {
@@ -958,6 +994,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A number past [`MESSAGE_DIGITS_MAX`] digits is shortened in an error message (a QA report: the largest
+    /// double's literal gave a message of about 600 characters, its integer and nearest double in full), on one line
+    /// that still names the nearest double; the rule itself is unchanged, the literal is refused.
+    #[test]
+    fn long_integers_are_shortened_in_the_out_of_range_message() {
+        let message = canonicalize_bytes(b"[1.7976931348623158e308]").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "number 1.7976931348623158e308 at byte 1: the integer 17976931348623158…000 (309 digits) cannot be \
+             represented exactly as an IEEE-754 double (the nearest is 179769313486231570814527423731704356…368 \
+             (309 digits)); send it as a string"
+        );
+        // A literal written out in digits is shortened too, in both messages; 40 digits are printed whole.
+        let written_out = format!("-1{}1", "0".repeat(307));
+        let message = canonicalize_bytes(written_out.as_bytes()).unwrap_err().to_string();
+        assert!(message.chars().count() < 300 && !message.contains('\n'), "{message}");
+        let shown = "-100000000000000000000000000000000000…001 (309 digits)";
+        assert!(message.starts_with(&format!("number {shown} at byte 0: the integer {shown} cannot")), "{message}");
+        let overflow = format!("1{}", "0".repeat(400));
+        let message = canonicalize_bytes(overflow.as_bytes()).unwrap_err().to_string();
+        assert_eq!(message, "number 1…000 (401 digits) at byte 0 is outside the range of IEEE-754 doubles");
+        assert_eq!(shorten_digits(&"9".repeat(40)), "9".repeat(40));
+        assert_eq!(shorten_digits("0.5e7"), "0.5e7");
+        assert_eq!(shorten_digits(&format!("{}.0", "0".repeat(41))), "0…000 (41 digits).0");
     }
 
     #[test]
