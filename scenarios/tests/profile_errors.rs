@@ -23,6 +23,10 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         ("[connectors.payments]\ntimeout_after_commit_p = \"0.1\"\n", "connectors.payments.timeout_after_commit_p"),
         ("[connectors.payments]\ntimeout_after_commit_p = \"0.1\"\n", "must be a number"),
         ("[world]\nworkers = -1\n", "world.workers = -1 must be a whole number of 0 or more"),
+        (
+            "[world]\nruns_in_flight_max = 4294967296\n",
+            "world.runs_in_flight_max = 4294967296 must be a whole number from 0 to 4294967295",
+        ),
         ("[world]\nlease_ms = 1.5\n", "world.lease_ms = 1.5 must be a whole number"),
         ("[world]\nwebhook_dedup_by_object = 1\n", "world.webhook_dedup_by_object = 1 must be true or false"),
         ("[[world]]\nworkers = 2\n", "world must be a table"),
@@ -69,6 +73,29 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
     for (toml, want) in cases {
         let error = error_of(toml);
         assert!(error.contains(want), "for\n{toml}the error {error:?} does not say {want:?}");
+    }
+}
+
+/// Every integer knob given a value past 32 bits is accepted, or refused with a message that names it: never with the
+/// profile deserialiser's bare "invalid value … expected u32".
+#[test]
+fn an_integer_knob_too_large_for_its_type_is_named() {
+    let mixed = prepare("mixed", 1, Some(100)).expect("the catalogue's mixed");
+    let integer_knobs: Vec<String> = sim::profile::knobs(&mixed.profile)
+        .into_iter()
+        .filter(|(path, v)| v.is_u64() && !path.starts_with("mix."))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(integer_knobs.len() > 10, "{integer_knobs:?}");
+    for path in integer_knobs {
+        let (table, knob) = path.rsplit_once('.').expect("a knob's path has a table");
+        let toml = format!("[{table}]\n{knob} = 4294967296\n");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("profile.toml");
+        std::fs::write(&file, &toml).expect("write the profile");
+        if let Err(e) = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {
+            assert!(e.contains(knob) && !e.contains("bad profile"), "{path}: {e}");
+        }
     }
 }
 

@@ -471,6 +471,9 @@ fn merge(into: &mut toml::Value, from: &toml::Value, at: &str) -> Result<(), Err
     }
 }
 
+/// The knobs held in 32 bits (the rest of the integer knobs are 64-bit, which a TOML integer of 0 or more always fits).
+const U32_KNOBS: [&str; 2] = ["world.workers", "world.runs_in_flight_max"];
+
 /// A knob's new value, checked against the type of its default so that a wrong one is named here (the profile's
 /// deserialisation would say only "invalid type"). Integers are accepted where floats are expected (`rate = 1`).
 fn knob_value(default: &toml::Value, v: &toml::Value, path: &str) -> Result<toml::Value, Error> {
@@ -478,6 +481,9 @@ fn knob_value(default: &toml::Value, v: &toml::Value, path: &str) -> Result<toml
     match (default, v) {
         (Float(_), Integer(i)) => Ok(Float(*i as f64)),
         (Float(_), Float(_)) | (Boolean(_), Boolean(_)) | (String(_), String(_)) => Ok(v.clone()),
+        (Integer(_), Integer(i)) if U32_KNOBS.contains(&path) && *i > i64::from(u32::MAX) => {
+            Err(Error(format!("{path} = {v} must be a whole number from 0 to {}", u32::MAX)))
+        }
         (Integer(_), Integer(i)) if *i >= 0 => Ok(v.clone()),
         (Integer(_), _) => Err(Error(format!("{path} = {v} must be a whole number of 0 or more"))),
         (Float(_), _) => Err(Error(format!("{path} = {v} must be a number"))),
