@@ -65,6 +65,12 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
             "connectors.payments.latency_ms_median: 1000000000 ms is not shorter than the heal phase",
         ),
         ("[connectors.email]\nlatency_ms_p99 = 432000000\n", "connectors.email.latency_ms_p99: 432000000 ms"),
+        // The bound a lookup waits out, on a connector that looks nothing up.
+        (
+            "[connectors.payouts]\nlookup_wait_ms = 5000\n",
+            "connectors.payouts.lookup_wait_ms = 5000: payouts has no lookup action, so the bound a lookup waits out \
+             would change nothing; connectors with one: contacts, ledgerly, payments",
+        ),
         // An optional knob is named when its value is of the wrong kind, like every other.
         ("[connectors.contacts]\nlookup_wait_ms = -5\n", "connectors.contacts.lookup_wait_ms = -5 must be a whole"),
         ("[connectors.contacts]\nlookup_wait_ms = 5.5\n", "connectors.contacts.lookup_wait_ms = 5.5 must be a whole"),
@@ -149,6 +155,49 @@ fn a_defined_workflow_naming_a_trigger_field_no_trigger_carries_is_refused() {
     let mut members = members;
     members.sort_unstable();
     assert_eq!(members, fields);
+}
+
+/// The contacts API is unique on email and the fake forgets a run's contacts when it ends: a defined workflow must
+/// create each run's contact with the run's own email (QA: a constant email gave 917 false I2 failures in 1,000 steps).
+#[test]
+fn a_contact_created_with_an_email_not_the_run_s_own_is_refused() {
+    let action = |inputs: &str| {
+        format!(
+            "[mix]\nx = 1.0\n[workflows.x]\nname = \"x\"\n[[workflows.x.steps]]\nid = \"s1\"\n\
+             action = \"contacts.create_contact\"\ninputs = {inputs}\n"
+        )
+    };
+    let writes = |email: &str| {
+        format!(
+            "[mix]\nx = 1.0\n[workflows.x]\nname = \"x\"\n[[workflows.x.steps]]\nid = \"s1\"\nwrites = [\n\
+             {{ action = \"email.send_email\", inputs = {{ to = \"{{{{trigger.email}}}}\" }} }},\n\
+             {{ action = \"contacts.create_contact\", inputs = {{ email = \"{email}\" }} }},\n]\n"
+        )
+    };
+    let refused = [
+        (action("{ email = \"same@example.com\" }"), "workflows.x, step \"s1\": contacts.create_contact's email"),
+        (action("{ email = \"same@example.com\" }"), "does not carry {{trigger.email}}"),
+        (action("{ email = \"{{trigger.name}}@example.com\" }"), "does not carry {{trigger.email}}"),
+        (action("{ email = 5 }"), "contacts.create_contact's email 5 does not carry"),
+        (action("{ name = \"{{trigger.name}}\" }"), "contacts.create_contact needs an `email` input"),
+        (writes("same@example.com"), "workflows.x, step \"s1\": contacts.create_contact's email"),
+    ];
+    for (toml, want) in refused {
+        let error = error_of(&toml);
+        assert!(error.contains(want), "for\n{toml}the error {error:?} does not say {want:?}");
+    }
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("profile.toml");
+    for toml in [
+        action("{ email = \"{{trigger.email}}\" }"),
+        action("{ email = \"crm+{{ trigger.email }}\" }"),
+        writes("{{trigger.email}}"),
+    ] {
+        std::fs::write(&file, &toml).expect("write");
+        if let Err(e) = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {
+            panic!("refused:\n{toml}{e}");
+        }
+    }
 }
 
 #[test]

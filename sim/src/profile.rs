@@ -186,6 +186,7 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
     // Which knobs came from the seed, for messages that name them.
     let drawn = |path: &str| swarm && !spec_sets(spec, path) && is_drawn_knob(path);
     validate_world(&profile, &|path: &str| drawn(path).then(|| format!(" (drawn from seed {seed})")))?;
+    crate::workflows::validate_lookup_waits(&profile).map_err(Error)?;
     crate::workflows::validate_defined(&profile).map_err(Error)?;
     Ok(profile)
 }

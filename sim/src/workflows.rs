@@ -186,12 +186,70 @@ pub fn validate_defined(profile: &Profile) -> Result<(), String> {
                     ));
                 }
             }
+            if let Some(problem) = contacts_email_problem(def, &step.id) {
+                return Err(format!("{at}, step {:?}: {problem}", step.id));
+            }
             if let Some(owner) = owners.insert(step.id.clone(), name.clone()) {
                 return Err(format!(
                     "{at}: step id {:?} is used by workflow {owner:?} too; step ids must be unique across workflows",
                     step.id
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// What is wrong with the `email` of a step's `contacts.create_contact` writes, if anything. The contacts API is unique
+/// on email, and the fake forgets a run's contacts when the run ends (the simulation's triggers give each run its own
+/// email, so its memory stays bounded): an email that is not the run's own would be created again by a later run, a
+/// second contact with that email, and adopted by a run whose create found another run's contact, which the checker
+/// cannot tell from a lost write (I2). So the email must carry `{{trigger.email}}`, and every call would fail without
+/// one (400).
+fn contacts_email_problem(def: &engine::workflow::WorkflowDef, step_id: &str) -> Option<String> {
+    const ACTION: &str = "contacts.create_contact";
+    let step = def.steps.iter().find(|s| s.id == step_id)?;
+    let mut writes: Vec<Option<&serde_json::Value>> = Vec::new();
+    if step.action.as_deref() == Some(ACTION) {
+        writes.push(step.inputs.as_ref());
+    }
+    writes.extend(step.writes.iter().flatten().filter(|w| w.action == ACTION).map(|w| w.inputs.as_ref()));
+    writes.into_iter().find_map(|inputs| match inputs.and_then(|i| i.get("email")) {
+        None => Some(format!("{ACTION} needs an `email` input (every call without one fails: 400)")),
+        Some(serde_json::Value::String(email)) if email.split_whitespace().collect::<String>().contains(RUN_EMAIL) => {
+            None
+        }
+        Some(email) => Some(format!(
+            "{ACTION}'s email {email} does not carry {RUN_EMAIL}: the contacts API is unique on email, and the \
+             simulation gives each run its own (the fake forgets a run's contacts when it ends), so an email shared \
+             by runs would be created again by later runs and adopted across runs"
+        )),
+    })
+}
+
+/// The template of a run's own email, which every trigger carries.
+const RUN_EMAIL: &str = "{{trigger.email}}";
+
+/// Refuses `lookup_wait_ms` on a connector none of whose actions looks anything up: the knob is the lag bound a
+/// lookup waits out, so there it would change nothing, and a profile that sets it means something it does not get.
+pub fn validate_lookup_waits(profile: &Profile) -> Result<(), String> {
+    let actions = action_infos(profile);
+    for (name, connector) in &profile.connectors {
+        let Some(ms) = connector.lookup_wait_ms else { continue };
+        let prefix = format!("{name}.");
+        let looks_up = actions.iter().any(|(action, info)| action.starts_with(&prefix) && info.lag_bound_ms.is_some());
+        if !looks_up {
+            let with: Vec<&str> = profile
+                .connectors
+                .keys()
+                .filter(|c| actions.iter().any(|(a, i)| a.starts_with(&format!("{c}.")) && i.lag_bound_ms.is_some()))
+                .map(String::as_str)
+                .collect();
+            return Err(format!(
+                "connectors.{name}.lookup_wait_ms = {ms}: {name} has no lookup action, so the bound a lookup waits out \
+                 would change nothing; connectors with one: {}",
+                with.join(", ")
+            ));
         }
     }
     Ok(())
