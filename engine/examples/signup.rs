@@ -29,7 +29,9 @@
 //! - the run paused (a worker stopped during the at-most-once email) or failed (a person aborted it): it says so,
 //!   and for a paused run that `flow resolve` decides.
 //!
-//! It exits 1 when a check fails, and 0 otherwise.
+//! It exits 1 when a check fails, 2 when it does not get to check (a bad command line, a ledger file it cannot open or
+//! write, another error of the ledger's storage or the engine), and 0 otherwise. Its report goes to stdout; why it
+//! stopped, to stderr.
 
 #[cfg(madsim)]
 fn main() {
@@ -42,20 +44,31 @@ fn main() {
 #[cfg(not(madsim))]
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let ledger = match args.as_slice() {
+    std::process::exit(signup(&args));
+}
+
+/// The command line: runs the example with the arguments `args`, prints its report (or, on stderr, why it stopped)
+/// and returns its exit code: 1 when a check failed, 2 when it did not get to check (a bad command line, or
+/// [`demo::Stop::Error`]), 0 otherwise.
+#[cfg(not(madsim))]
+fn signup(args: &[String]) -> i32 {
+    let ledger = match args {
         [] => None,
         [flag, path] if flag == "--ledger" && !path.is_empty() => Some(std::path::PathBuf::from(path)),
         _ => {
             eprintln!("usage: signup [--ledger FILE]");
-            std::process::exit(2);
+            return 2;
         }
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     match runtime.block_on(demo::run(ledger)) {
-        Ok(report) => print!("{report}"),
-        Err(e) => {
-            eprintln!("signup example: {e}");
-            std::process::exit(1);
+        Ok(report) => {
+            print!("{report}");
+            0
+        }
+        Err(stop) => {
+            eprintln!("signup example: {stop}");
+            stop.exit_code()
         }
     }
 }
@@ -390,11 +403,46 @@ mod demo {
         .collect()
     }
 
+    /// Why the demonstration ended without its report: the command line's exit code tells the two apart.
+    #[derive(Debug)]
+    pub enum Stop {
+        /// A check failed (exit code 1): the report so far, and what the check expected.
+        CheckFailed(String),
+        /// The example did not get to check (exit code 2): it cannot open or write the ledger, or another error of
+        /// the engine or its storage stopped it, or it could not make a temporary directory.
+        Error(String),
+    }
+
+    impl Stop {
+        /// 1 for a failed check, 2 for an example that did not get to check.
+        pub fn exit_code(&self) -> i32 {
+            match self {
+                Stop::CheckFailed(_) => 1,
+                Stop::Error(_) => 2,
+            }
+        }
+    }
+
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                Stop::CheckFailed(what) | Stop::Error(what) => f.write_str(what),
+            }
+        }
+    }
+
+    /// An error the demonstration stops at (with `?`) is one that kept it from its checks.
+    impl From<String> for Stop {
+        fn from(error: String) -> Self {
+            Stop::Error(error)
+        }
+    }
+
     /// The whole demonstration; returns what it prints. What it can check depends on what the ledger held of the run
     /// before: a new run is checked whole (every effect exactly once), a succeeded one for no API call at all; a run
     /// another process started (killed, or running beside this one) is carried on, and only what this process saw is
     /// checked, since the fake APIs keep nothing between processes. A check that fails is an error.
-    pub async fn run(ledger: Option<PathBuf>) -> Result<String, String> {
+    pub async fn run(ledger: Option<PathBuf>) -> Result<String, Stop> {
         // A temporary ledger is removed when `scratch` drops, last, whichever way the demonstration ends.
         let scratch = match &ledger {
             Some(_) => None,
@@ -438,7 +486,7 @@ mod demo {
         match first {
             None => writeln!(out, "w1: drove {RUN}; died after HubSpot created the contact, before recording it").ok(),
             Some(Ok(status)) => writeln!(out, "w1: drove {RUN}: {}", status.as_str()).ok(),
-            Some(Err(e)) => return Err(format!("w1: {e}")),
+            Some(Err(e)) => return Err(Stop::Error(format!("w1: {e}"))),
         };
 
         let w2 = world.engine("w2", &path, Arc::new(Watch(seen.clone())))?;
@@ -473,12 +521,12 @@ mod demo {
             // No process can have called an API for the run since it succeeded.
             Some(RunStatus::Succeeded) => {
                 if again != RunStatus::Succeeded || world.calls() != 0 {
-                    return Err(format!(
+                    return Err(Stop::CheckFailed(format!(
                         "{out}\nexpected no API call for a run the ledger held as succeeded; got {effects:?}, {}, \
                          {} calls",
                         again.as_str(),
                         world.calls()
-                    ));
+                    )));
                 }
                 writeln!(out, "\nno API was called: the ledger holds every step's output").ok();
                 return Ok(out);
@@ -486,11 +534,11 @@ mod demo {
             // This process started the run and recorded every step: its APIs saw every effect there was.
             None if elsewhere.is_empty() => {
                 if again != RunStatus::Succeeded || calls_again != 0 || effects != one_run {
-                    return Err(format!(
+                    return Err(Stop::CheckFailed(format!(
                         "{out}\nexpected {one_run:?} once, a succeeded run and no call on the second start; got \
                          {effects:?}, {}, {calls_again} calls",
                         again.as_str()
-                    ));
+                    )));
                 }
                 writeln!(out, "\nevery effect happened exactly once").ok();
                 return Ok(out);
@@ -508,10 +556,10 @@ mod demo {
             RunStatus::Succeeded => {
                 let more = effects.iter().any(|(action, n)| *n > one_run.get(action).copied().unwrap_or(0));
                 if calls_again != 0 || more {
-                    return Err(format!(
+                    return Err(Stop::CheckFailed(format!(
                         "{out}\nexpected at most {one_run:?} in this process and no call on the second start; got \
                          {effects:?}, {calls_again} calls"
-                    ));
+                    )));
                 }
                 writeln!(out, "\n{RUN} succeeded, and this process made no effect more than once.\n{NOT_CHECKED}").ok();
             }
@@ -525,7 +573,9 @@ mod demo {
                         .ok();
                 }
             }
-            other => return Err(format!("{out}\n{RUN} is {} after the second start", other.as_str())),
+            other => {
+                return Err(Stop::CheckFailed(format!("{out}\n{RUN} is {} after the second start", other.as_str())));
+            }
         }
         Ok(out)
     }
@@ -543,7 +593,7 @@ mod demo {
 
     #[cfg(test)]
     mod tests {
-        use super::{NOT_CHECKED, RUN, World};
+        use super::{NOT_CHECKED, RUN, Stop, World};
         use engine::event::{CrashPoint, Event, Observer};
         use engine::key::Key;
         use engine::ledger::Resolution;
@@ -554,6 +604,31 @@ mod demo {
 
         fn runtime() -> tokio::runtime::Runtime {
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+        }
+
+        fn args(args: &[&str]) -> Vec<String> {
+            args.iter().map(|arg| (*arg).to_owned()).collect()
+        }
+
+        /// The exit codes (QA: a ledger that could not be opened exited 1, the code of a failed check, though the
+        /// doc and README said 1 meant a failed check only): 2 when the example does not get to check, for a bad
+        /// command line or a ledger it cannot open; 0 for a run whose checks pass.
+        #[test]
+        fn an_example_that_does_not_get_to_check_exits_2_not_as_a_failed_check() {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let in_no_directory = dir.path().join("no such directory").join("signup.db");
+            let in_no_directory = in_no_directory.to_str().expect("a UTF-8 path");
+            let stopped = runtime().block_on(super::run(Some(in_no_directory.into()))).expect_err("no ledger");
+            assert!(matches!(stopped, Stop::Error(_)), "{stopped:?}");
+            assert_eq!(crate::signup(&args(&["--ledger", in_no_directory])), 2);
+            let not_a_ledger = dir.path().join("notes.txt");
+            std::fs::write(&not_a_ledger, "not a SQLite database, and long enough to have been read as one\n")
+                .expect("a file");
+            assert_eq!(crate::signup(&args(&["--ledger", not_a_ledger.to_str().expect("a UTF-8 path")])), 2);
+            assert_eq!(crate::signup(&args(&["--ledger"])), 2);
+            assert_eq!(crate::signup(&args(&["--ledger", ""])), 2);
+            let ledger = dir.path().join("signup.db");
+            assert_eq!(crate::signup(&args(&["--ledger", ledger.to_str().expect("a UTF-8 path")])), 0);
         }
 
         /// The example's own check: run in a scratch ledger, every effect once; then again on the same ledger
