@@ -46,17 +46,95 @@ fn error(workflow: &str, step: &str, field: &str, message: impl Into<String>) ->
     Error { workflow: workflow.to_string(), step: step.to_string(), field: field.to_string(), message: message.into() }
 }
 
-/// Refuses a number in TOML that no step's inputs could be keyed by, as the canonical parser refuses it in JSON
-/// ([`crate::canonical`]): `nan` and `inf` (which the conversion to JSON would otherwise turn into `null`, hashing
-/// some other input "somehow"), and an integer no double holds exactly. `at` is the dotted path of `value`; the
-/// error names the path of the number.
+/// What JSON's canonical parser reads for a TOML number, or `Err` with why JSON has none: TOML's `_` separators
+/// removed, a leading `+` dropped, a hexadecimal, octal or binary integer written in decimal, `inf` and `nan` refused.
+/// `None` for a value that is not a number.
+fn toml_number_as_json(value: &toml::de::DeValue<'_>) -> Option<Result<String, &'static str>> {
+    const NOT_JSON: &str = "not a number JSON can hold, so no step's inputs could be keyed by it";
+    let decimal = |text: &str| text.strip_prefix('+').unwrap_or(text).replace('_', "");
+    Some(match value {
+        toml::de::DeValue::Integer(integer) if integer.radix() == 10 => Ok(decimal(integer.as_str())),
+        // A TOML integer with a radix is unsigned and, once toml has read it, fits an i64.
+        toml::de::DeValue::Integer(integer) => {
+            u128::from_str_radix(&integer.as_str().replace('_', ""), integer.radix())
+                .map(|n| n.to_string())
+                .map_err(|_| "not an integer TOML can hold")
+        }
+        toml::de::DeValue::Float(float) if float.as_str().contains("inf") || float.as_str().contains("nan") => {
+            Err(NOT_JSON)
+        }
+        toml::de::DeValue::Float(float) => Ok(decimal(float.as_str())),
+        _ => return None,
+    })
+}
+
+/// Why the canonical JSON parser ([`crate::canonical::canonicalize_bytes`]) refuses the number `json`, if it does, in
+/// that parser's own words (the byte offset, always 0 in a lone number, left out).
+fn canonical_refusal(json: &str) -> Option<String> {
+    let error = crate::canonical::canonicalize_bytes(json.as_bytes()).err()?;
+    Some(error.to_string().replacen(" at byte 0", "", 1))
+}
+
+/// The first number in `value` (at the dotted path `at`, with its literal text in `text`) that the canonical JSON
+/// parser refuses, as `path = literal: why`.
+fn refused_toml_literal(value: &toml::Spanned<toml::de::DeValue<'_>>, text: &str, at: &str) -> Option<String> {
+    match value.get_ref() {
+        toml::de::DeValue::Array(items) => {
+            items.iter().enumerate().find_map(|(n, item)| refused_toml_literal(item, text, &format!("{at}[{n}]")))
+        }
+        toml::de::DeValue::Table(table) => refused_toml_member(table, text, at),
+        number => {
+            let why = match toml_number_as_json(number)? {
+                Ok(json) => canonical_refusal(&json)?,
+                Err(why) => why.to_owned(),
+            };
+            let literal = text.get(value.span()).unwrap_or("?");
+            Some(format!("{at} = {literal}: {why}"))
+        }
+    }
+}
+
+fn refused_toml_member(table: &toml::de::DeTable<'_>, text: &str, at: &str) -> Option<String> {
+    table.iter().find_map(|(key, item)| {
+        let key = key.get_ref();
+        refused_toml_literal(item, text, &if at.is_empty() { key.to_string() } else { format!("{at}.{key}") })
+    })
+}
+
+/// Refuses a number in TOML `text` (under its top-level key `under`, or anywhere when `under` is empty) that the
+/// canonical JSON parser ([`crate::canonical`]) refuses in JSON: each number's literal text, converted from TOML's
+/// spelling to JSON's (`_` separators removed, a leading `+` dropped, a hexadecimal, octal or binary integer written
+/// in decimal), is judged by that parser's own code, and `inf` and `nan`, which JSON has not (the conversion to JSON
+/// would turn them into `null`), are refused. So a TOML definition reads exactly the numbers its JSON twin reads:
+/// `9007199254740993.0` and `1e-400` are refused (a double would merge them with `...992` and `0`), while
+/// `1152921504606847000`, the canonical spelling of the double 2^60, is accepted. The error names the dotted path
+/// of the number and its literal (`steps[0].inputs.big = 9007199254740993.0: ...`); a text TOML cannot read is
+/// refused with toml's own message.
+pub fn check_toml_number_literals(text: &str, under: &str) -> Result<(), String> {
+    let document = toml::de::DeTable::parse(text).map_err(|e| e.to_string())?;
+    let refused = if under.is_empty() {
+        refused_toml_member(document.get_ref(), text, "")
+    } else {
+        document.get_ref().get(under).and_then(|value| refused_toml_literal(value, text, under))
+    };
+    refused.map_or(Ok(()), Err)
+}
+
+/// Refuses a number in an already parsed TOML value that no step's inputs could be keyed by: `nan` and `inf` (which
+/// the conversion to JSON would otherwise turn into `null`, hashing some other input "somehow"), and an integer the
+/// canonical JSON parser refuses (one that is neither exactly a double nor that double's canonical spelling). `at`
+/// is the dotted path of `value`; the error names the path of the number.
+///
+/// A parsed value has lost the literal text of its floats (toml reads `9007199254740993.0` as the double `...992`
+/// and `1e-400` as `0.0`), so it cannot hold a float to the canonical rule: prefer
+/// [`check_toml_number_literals`] on the text, which [`Workflow::from_toml`] uses.
 pub fn check_toml_numbers(value: &toml::Value, at: &str) -> Result<(), String> {
     let join = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
     match value {
         toml::Value::Float(f) if !f.is_finite() => {
             Err(format!("{at} = {f}: not a number JSON can hold, so no step's inputs could be keyed by it"))
         }
-        toml::Value::Integer(i) if (*i as f64) as i128 != i128::from(*i) => Err(format!(
+        toml::Value::Integer(i) if canonical_refusal(&i.to_string()).is_some() => Err(format!(
             "{at} = {i}: an integer no double holds exactly (the nearest is {}), so its key would be another's",
             *i as f64
         )),
@@ -163,10 +241,11 @@ pub struct Workflow {
 }
 
 impl Workflow {
-    /// Reads a definition from TOML text, which holds each key of a table once (TOML refuses a repeated one).
+    /// Reads a definition from TOML text, which holds each key of a table once (TOML refuses a repeated one), and
+    /// whose numbers are held to the canonical JSON parser's rule, literal by literal ([`check_toml_number_literals`]).
     pub fn from_toml(text: &str) -> Result<Self, Error> {
         let table: toml::Table = toml::from_str(text).map_err(|e| error("?", "", "(file)", e.to_string()))?;
-        check_toml_numbers(&toml::Value::Table(table.clone()), "").map_err(|e| error("?", "", "(file)", e))?;
+        check_toml_number_literals(text, "").map_err(|e| error("?", "", "(file)", e))?;
         let def = WorkflowDef::deserialize(table).map_err(|e| error("?", "", "(file)", e.to_string()))?;
         Self::compile(&def)
     }
@@ -577,7 +656,7 @@ mod tests {
         let workflow =
             |inputs: &str| format!("name = \"w\"\n[[steps]]\nid = \"a\"\naction = \"c.x\"\ninputs = {inputs}\n");
         for (inputs, says) in [
-            ("{ f = nan }", "steps[0].inputs.f = NaN"),
+            ("{ f = nan }", "steps[0].inputs.f = nan"),
             ("{ f = -inf }", "steps[0].inputs.f = -inf"),
             ("{ list = [1, inf] }", "steps[0].inputs.list[1] = inf"),
             ("{ n = 9007199254740993 }", "steps[0].inputs.n = 9007199254740993"),

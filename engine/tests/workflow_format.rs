@@ -1,0 +1,107 @@
+//! The workflow format as a definition's author meets it: which definitions are read and which are refused, and what
+//! the refusal says.
+
+use engine::doc::Doc;
+use engine::workflow::{StepKind, Template, Workflow, render};
+use serde_json::json;
+
+/// A one-step TOML workflow with these inputs.
+fn toml_with_inputs(inputs: &str) -> String {
+    format!("name = \"w\"\n[[steps]]\nid = \"a\"\naction = \"c.x\"\ninputs = {inputs}\n")
+}
+
+/// The inputs template of the first step, which must be an action step.
+fn first_inputs(wf: &Workflow) -> &Template {
+    let StepKind::Action { inputs, .. } = &wf.steps[0].kind else { panic!("an action step") };
+    inputs
+}
+
+/// A TOML number is read exactly when the canonical JSON parser reads its JSON twin: the literal is judged, not the
+/// double toml rounds it to. `9007199254740993.0` is the integer 2^53 + 1, which a double would merge with 2^53, and
+/// `1e-400` a non-zero number a double would merge with 0; `1152921504606847000` is the canonical spelling of the
+/// double 2^60, which JSON reads, while no double holds it exactly.
+#[test]
+fn a_toml_number_is_read_exactly_when_its_json_twin_is() {
+    let cases = [
+        // (TOML literal, the same number in JSON)
+        ("9007199254740993.0", "9007199254740993.0"),
+        ("9007199254740993", "9007199254740993"),
+        ("9.007199254740993e15", "9.007199254740993e15"),
+        ("9_007_199_254_740_993.0", "9007199254740993.0"),
+        ("1e-400", "1e-400"),
+        ("-1e-400", "-1e-400"),
+        ("1e-324", "1e-324"),
+        ("1152921504606847000", "1152921504606847000"),
+        ("+1_152_921_504_606_847_000", "1152921504606847000"),
+        ("1152921504606846999", "1152921504606846999"),
+        ("9007199254740992.0", "9007199254740992.0"),
+        ("9007199254740993.5", "9007199254740993.5"),
+        ("-9223372036854775808", "-9223372036854775808"),
+        ("9223372036854775807", "9223372036854775807"),
+        ("0x7fff_ffff_ffff_ffff", "9223372036854775807"),
+        ("0x20_0000_0000_0001", "9007199254740993"),
+        ("0x20_0000_0000_0000", "9007199254740992"),
+        ("0o17", "15"),
+        ("0b101", "5"),
+        ("5e-324", "5e-324"),
+        ("1e23", "1e23"),
+        ("+0.5", "0.5"),
+        ("-0.0", "-0.0"),
+        ("1E+2", "1E+2"),
+    ];
+    for (toml_literal, json_literal) in cases {
+        let json_text =
+            format!(r#"{{"name": "w", "steps": [{{"id": "a", "action": "c.x", "inputs": {{"n": {json_literal}}}}}]}}"#);
+        let from_json = Workflow::from_json(&json_text);
+        let from_toml = Workflow::from_toml(&toml_with_inputs(&format!("{{ n = {toml_literal} }}")));
+        match (&from_toml, &from_json) {
+            (Ok(t), Ok(j)) => {
+                // Read alike, the two render the same inputs, so they are keyed alike.
+                let empty = Doc::object([]);
+                assert_eq!(
+                    render(first_inputs(t), &empty, &[]),
+                    render(first_inputs(j), &empty, &[]),
+                    "{toml_literal}"
+                );
+            }
+            (Err(t), Err(_)) => {
+                // Refused, naming where the number is and how it is written.
+                let says = format!("steps[0].inputs.n = {toml_literal}: ");
+                assert!(t.to_string().contains(&says), "{toml_literal}: {t}");
+            }
+            _ => panic!("TOML {toml_literal} gives {from_toml:?}, JSON {json_literal} gives {from_json:?}"),
+        }
+    }
+}
+
+/// The cases of the QA finding, with what the refusal says: the canonical parser's own reason.
+#[test]
+fn a_toml_number_the_canonical_parser_refuses_is_refused_with_its_reason() {
+    let err = Workflow::from_toml(&toml_with_inputs("{ big = 9007199254740993.0, tiny = 1e-400 }")).expect_err("big");
+    assert!(
+        err.to_string().contains(
+            "steps[0].inputs.big = 9007199254740993.0: number 9007199254740993.0: the integer 9007199254740993 cannot \
+             be represented exactly as an IEEE-754 double (the nearest is 9007199254740992)"
+        ),
+        "{err}"
+    );
+    let err = Workflow::from_toml(&toml_with_inputs("{ list = [1, { tiny = 1e-400 }] }")).expect_err("tiny");
+    assert!(
+        err.to_string().contains("steps[0].inputs.list[1].tiny = 1e-400: number 1e-400 is outside the range"),
+        "{err}"
+    );
+    let err = Workflow::from_toml(&toml_with_inputs("{ f = -inf }")).expect_err("-inf");
+    assert!(err.to_string().contains("steps[0].inputs.f = -inf: not a number JSON can hold"), "{err}");
+    // toml itself refuses a float that overflows, at the literal.
+    let err = Workflow::from_toml(&toml_with_inputs("{ n = 1e400 }")).expect_err("1e400");
+    assert!(err.to_string().contains("n = 1e400") && err.to_string().contains("overflowed"), "{err}");
+    // Inside a write's inputs, too.
+    let text = "name = \"w\"\n[[steps]]\nid = \"a\"\nwrites = [{ action = \"c.x\", inputs = { n = 1e-400 } }]\n";
+    let err = Workflow::from_toml(text).expect_err("in a write");
+    assert!(err.to_string().contains("steps[0].writes[0].inputs.n = 1e-400"), "{err}");
+    // The spelling of 2^60 is read, as JSON reads it, and keyed as JSON keys it.
+    let wf = Workflow::from_toml(&toml_with_inputs("{ big = 1152921504606847000 }")).expect("2^60's spelling");
+    let rendered = render(first_inputs(&wf), &Doc::object([]), &[]);
+    assert_eq!(engine::canonical::to_vec(&rendered).unwrap(), br#"{"big":1152921504606847000}"#);
+    assert_eq!(rendered, json!({"big": 1152921504606847000_u64}));
+}
