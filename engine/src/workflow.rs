@@ -260,8 +260,9 @@ impl Workflow {
         Self::compile(&def)
     }
 
-    /// Validates and compiles a definition: step ids unique and non-empty, exactly one of `action`/`writes`/
-    /// `planner`, actions written `connector.action`, templates well formed and naming only earlier steps.
+    /// Validates and compiles a definition: step ids unique, non-empty and nameable by a template (no whitespace,
+    /// `.`, `{`, `}`, `[` or `]`), exactly one of `action`/`writes`/`planner`, actions written `connector.action`,
+    /// templates well formed and naming only earlier steps.
     pub fn compile(def: &WorkflowDef) -> Result<Self, Error> {
         let wf = def.name.as_str();
         if wf.is_empty() {
@@ -277,6 +278,7 @@ impl Workflow {
             if id.is_empty() {
                 return Err(error(wf, "", "id", format!("step number {} has an empty id", steps.len() + 1)));
             }
+            check_step_id(id).map_err(|m| error(wf, id, "id", m))?;
             if ids.contains(&id) {
                 return Err(error(wf, id, "id", "duplicate step id"));
             }
@@ -354,6 +356,24 @@ fn mark_steps(template: &Template, referenced: &mut [bool]) {
         Template::Array(items) => items.iter().for_each(|t| mark_steps(t, referenced)),
         Template::Object(members) => members.iter().for_each(|(_, t)| mark_steps(t, referenced)),
     }
+}
+
+/// Refuses a step id a template could not name. A reference `{{steps.ID.output...}}` is split at every `.` (so
+/// `pay.customer` would be read as step `pay`) and ends at the first `}}`; whitespace, braces and brackets are
+/// refused with them, so that a reference to a step reads as exactly that step's id.
+fn check_step_id(id: &str) -> Result<(), String> {
+    let refused = |c: char| c.is_whitespace() || matches!(c, '.' | '{' | '}' | '[' | ']');
+    let Some(c) = id.chars().find(|c| refused(*c)) else { return Ok(()) };
+    let why = if c == '.' {
+        let first = id.split('.').next().unwrap_or_default();
+        format!(", which separates the segments of a reference: `{{{{steps.{id}.output}}}}` would name step {first:?}")
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "step id {id:?} holds {c:?}{why}. A step id holds no whitespace, `.`, `{{`, `}}`, `[` or `]`, so that a \
+         template names it as written (use letters, digits, `-` or `_`)"
+    ))
 }
 
 /// Splits `connector.action`.

@@ -105,3 +105,39 @@ fn a_toml_number_the_canonical_parser_refuses_is_refused_with_its_reason() {
     assert_eq!(engine::canonical::to_vec(&rendered).unwrap(), br#"{"big":1152921504606847000}"#);
     assert_eq!(rendered, json!({"big": 1152921504606847000_u64}));
 }
+
+/// A step id a template could not name is refused, naming the id: `pay.customer` would be read as step `pay` by
+/// `{{steps.pay.customer.output.id}}`, and the error would then blame a step "pay" that does not exist.
+#[test]
+fn a_step_id_a_template_could_not_name_is_refused() {
+    let def = |id: &str| {
+        json!({"name": "w", "steps": [
+            {"id": id, "action": "c.x", "inputs": {}},
+            {"id": "later", "action": "c.y", "inputs": {"v": format!("{{{{steps.{id}.output.id}}}}")}}
+        ]})
+        .to_string()
+    };
+    let err = Workflow::from_json(&def("pay.customer")).expect_err("a dotted id");
+    assert_eq!((err.step.as_str(), err.field.as_str()), ("pay.customer", "id"), "{err}");
+    assert!(
+        err.to_string().contains(
+            "step id \"pay.customer\" holds '.', which separates the segments of a reference: \
+             `{{steps.pay.customer.output}}` would name step \"pay\". A step id holds no whitespace, `.`,"
+        ),
+        "{err}"
+    );
+    for id in ["a b", " a", "a ", "a\tb", "a{", "a}", "{{a}}", "a}}b", "a[0]", "]", "a\u{a0}b"] {
+        let err = Workflow::from_json(&def(id)).expect_err(id);
+        assert_eq!((err.step.as_str(), err.field.as_str()), (id, "id"), "{id:?}: {err}");
+        assert!(err.to_string().contains(&format!("step id {id:?} holds ")), "{id:?}: {err}");
+    }
+    // Names with letters, digits, `-` and `_` (in any script) are read, and a later step names them.
+    for id in ["pay", "pay_customer", "pay-customer", "Pay2", "2", "ünïcødé", "a@b:c"] {
+        let wf = Workflow::from_json(&def(id)).expect(id);
+        assert_eq!(wf.outputs_referenced(), [true, false], "{id}");
+    }
+    // The same in TOML.
+    let text = "name = \"w\"\n[[steps]]\nid = \"pay.customer\"\naction = \"c.x\"\n";
+    let err = Workflow::from_toml(text).expect_err("a dotted id in TOML");
+    assert_eq!((err.step.as_str(), err.field.as_str()), ("pay.customer", "id"), "{err}");
+}
