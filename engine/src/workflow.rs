@@ -317,6 +317,7 @@ impl Workflow {
                 if path.is_empty() || path.split('.').any(str::is_empty) {
                     return Err(error(wf, id, "volatile", format!("{path:?} is not a path like `a.b`")));
                 }
+                check_volatile(path, &kind).map_err(|m| error(wf, id, "volatile", m))?;
             }
             ids.push(id);
             steps.push(Step { id: step.id.clone(), kind, volatile: step.volatile.clone() });
@@ -374,6 +375,76 @@ fn check_step_id(id: &str) -> Result<(), String> {
         "step id {id:?} holds {c:?}{why}. A step id holds no whitespace, `.`, `{{`, `}}`, `[` or `]`, so that a \
          template names it as written (use letters, digits, `-` or `_`)"
     ))
+}
+
+/// Refuses a volatile path that names nothing the step sends: an action step's volatile paths are left out of its
+/// inputs, and a writes step's out of each write's inputs, so a path must name a field of the inputs (of at least one
+/// write). A part of the inputs that one reference renders (`"{{trigger.meta}}"`) may hold any field, so a path into
+/// it is taken as it is. An agent step's paths are left out of its inputs and of the inputs of the writes its planner
+/// proposes, which are known only at run time, so they are not checked.
+fn check_volatile(path: &str, kind: &StepKind) -> Result<(), String> {
+    let problems: Vec<String> = match kind {
+        StepKind::Action { inputs, .. } => volatile_unnamed(path, inputs, "inputs").into_iter().collect(),
+        StepKind::Writes(writes) => {
+            let problems: Vec<Option<String>> = writes
+                .iter()
+                .enumerate()
+                .map(|(index, (_, inputs))| volatile_unnamed(path, inputs, &format!("writes[{index}].inputs")))
+                .collect();
+            // One write that has the field is enough: the path is left out of every write's inputs.
+            problems.into_iter().collect::<Option<Vec<String>>>().unwrap_or_default()
+        }
+        StepKind::Agent { .. } => Vec::new(),
+    };
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(format!("{path:?} names no input field: {}", problems.join("; ")))
+}
+
+/// What a compiled inputs template is at one point of a path: still a template, or a literal document inside it.
+enum AtPath<'t> {
+    Template(&'t Template),
+    Doc(&'t Doc),
+}
+
+/// Where the volatile `path` stops naming anything in `inputs` (a compiled template, called `root`), with the fields
+/// there are, or `None` when it names a field or may name one (it reaches a value a reference renders).
+fn volatile_unnamed(path: &str, inputs: &Template, root: &str) -> Option<String> {
+    let mut at = root.to_owned();
+    let mut node = AtPath::Template(inputs);
+    for segment in path.split('.') {
+        let names: Vec<&str> = match node {
+            AtPath::Template(Template::Reference(_)) => return None,
+            AtPath::Template(Template::Literal(doc)) | AtPath::Doc(doc) => match doc {
+                Doc::Object(obj) => match obj.get(segment) {
+                    Some(child) => {
+                        node = AtPath::Doc(child);
+                        at = format!("{at}.{segment}");
+                        continue;
+                    }
+                    None => obj.iter().map(|(name, _)| name.as_str()).collect(),
+                },
+                _ => return Some(format!("`{at}` is not an object")),
+            },
+            AtPath::Template(Template::Object(members)) => match members.iter().find(|(name, _)| name == segment) {
+                Some((_, child)) => {
+                    node = AtPath::Template(child);
+                    at = format!("{at}.{segment}");
+                    continue;
+                }
+                None => members.iter().map(|(name, _)| name.as_str()).collect(),
+            },
+            AtPath::Template(Template::Interpolated(_) | Template::Array(_)) => {
+                return Some(format!("`{at}` is not an object"));
+            }
+        };
+        if names.is_empty() {
+            return Some(format!("`{at}` has no fields"));
+        }
+        return Some(format!("`{at}` has `{}`", names.join("`, `")));
+    }
+    None
 }
 
 /// Splits `connector.action`.

@@ -141,3 +141,68 @@ fn a_step_id_a_template_could_not_name_is_refused() {
     let err = Workflow::from_toml(text).expect_err("a dotted id in TOML");
     assert_eq!((err.step.as_str(), err.field.as_str()), ("pay.customer", "id"), "{err}");
 }
+
+/// A volatile path that names nothing the step sends (a typo, say) is refused, naming the path and the fields there
+/// are; one that names a field, or reaches into a value a reference renders, is read.
+#[test]
+fn a_volatile_path_that_names_no_input_field_is_refused() {
+    let action = |volatile: &str| {
+        json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "volatile": [volatile], "inputs": {
+            "email": "{{trigger.email}}", "requested_at": "{{trigger.at}}", "amount": 5, "memo": "for {{trigger.name}}",
+            "meta": {"trace": "{{trigger.trace}}", "note": "x"}, "fixed": {"at": 1}, "from": "{{trigger.meta}}"
+        }}]})
+        .to_string()
+    };
+    for (path, says) in [
+        (
+            "reqested_at",
+            "\"reqested_at\" names no input field: `inputs` has `amount`, `email`, `fixed`, `from`, `memo`, `meta`, \
+             `requested_at`",
+        ),
+        ("meta.trce", "\"meta.trce\" names no input field: `inputs.meta` has `note`, `trace`"),
+        ("fixed.on", "\"fixed.on\" names no input field: `inputs.fixed` has `at`"),
+        ("amount.cents", "\"amount.cents\" names no input field: `inputs.amount` is not an object"),
+        ("memo.x", "\"memo.x\" names no input field: `inputs.memo` is not an object"),
+        ("meta.note.id", "\"meta.note.id\" names no input field: `inputs.meta.note` is not an object"),
+    ] {
+        let err = Workflow::from_json(&action(path)).expect_err(path);
+        assert_eq!((err.step.as_str(), err.field.as_str()), ("a", "volatile"), "{path}: {err}");
+        assert!(err.message.contains(says), "{path}: {err}");
+    }
+    // A field, at any depth, and a path into what a reference renders (which may hold any field), are read.
+    for path in ["requested_at", "meta", "meta.trace", "fixed.at", "from.anything", "from.a.b", "meta.trace.id"] {
+        Workflow::from_json(&action(path)).expect(path);
+    }
+    // A step with no inputs has no fields to name.
+    let bare = json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "volatile": ["at"]}]}).to_string();
+    let err = Workflow::from_json(&bare).expect_err("no inputs");
+    assert!(err.message.contains("\"at\" names no input field: `inputs` has no fields"), "{err}");
+    // A writes step: the path is left out of every write's inputs, so one write that has the field is enough.
+    let writes = |volatile: &str| {
+        json!({"name": "w", "steps": [{"id": "a", "volatile": [volatile], "writes": [
+            {"action": "c.x", "inputs": {"to": "{{trigger.email}}"}},
+            {"action": "c.y", "inputs": {"amount": 1, "requested_at": "{{trigger.at}}"}}
+        ]}]})
+        .to_string()
+    };
+    Workflow::from_json(&writes("requested_at")).expect("in the second write");
+    let err = Workflow::from_json(&writes("requsted_at")).expect_err("in no write");
+    assert_eq!((err.step.as_str(), err.field.as_str()), ("a", "volatile"), "{err}");
+    assert!(
+        err.message.contains(
+            "\"requsted_at\" names no input field: `writes[0].inputs` has `to`; `writes[1].inputs` has `amount`, \
+             `requested_at`"
+        ),
+        "{err}"
+    );
+    // An agent step's paths are left out of the writes its planner proposes too, which only the run knows.
+    let agent = json!({"name": "w", "steps": [
+        {"id": "a", "planner": "p", "volatile": ["requested_at"], "inputs": {"email": "{{trigger.email}}"}}
+    ]});
+    Workflow::from_json(&agent.to_string()).expect("an agent step's paths are not checked");
+    // In TOML as in JSON.
+    let text = "name = \"w\"\n[[steps]]\nid = \"a\"\naction = \"c.x\"\nvolatile = [\"requsted_at\"]\n\
+                inputs = { requested_at = \"{{trigger.at}}\" }\n";
+    let err = Workflow::from_toml(text).expect_err("a typo in TOML");
+    assert!(err.to_string().contains("\"requsted_at\" names no input field: `inputs` has `requested_at`"), "{err}");
+}
