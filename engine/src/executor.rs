@@ -22,7 +22,9 @@
 //! whose rendered inputs did not change gets the same key and replays its stored output with no call, and a step
 //! whose inputs changed (directly, or through an earlier step's output) gets a new key and runs exactly once.
 //! Minting a new run id for a replay would give every step a fresh key and redo every effect; that is refused by
-//! design.
+//! design. Only a succeeded or failed run is replayed: a paused one waits for a person (with edited inputs its
+//! paused step would be sent again under a new key while the old one may have applied), and a pending or running one
+//! may be driven by a worker.
 //!
 //! Resolutions ([`Engine::resolve`], or [`record_resolution`] from the `flow` admin CLI): a pause reason ends with
 //! `[key <hex>]`, the key the run stopped at. The resolution is recorded against that key, stamped after its last
@@ -126,6 +128,14 @@ pub enum Error {
         run_id: String,
         status: RunStatus,
     },
+    /// [`Engine::replay`] of a run that has not finished: it is paused (at `step`, when its pause reason names a key
+    /// the ledger holds), so a person must decide first, or pending or running, so a worker may be driving it.
+    /// Nothing was written.
+    NotFinished {
+        run_id: String,
+        status: RunStatus,
+        step: Option<String>,
+    },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
@@ -141,6 +151,19 @@ impl std::fmt::Display for Error {
             Error::NotPaused { run_id, status } => {
                 write!(f, "run {run_id:?} is {}, not paused: nothing to resolve", status.as_str())
             }
+            Error::NotFinished { run_id, status: RunStatus::Paused, step } => {
+                match step {
+                    Some(step) => write!(f, "run {run_id:?} is paused at step {step}")?,
+                    None => write!(f, "run {run_id:?} is paused")?,
+                }
+                write!(f, ": a person must decide first (flow resolve); only a succeeded or failed run is replayed")
+            }
+            Error::NotFinished { run_id, status, .. } => write!(
+                f,
+                "run {run_id:?} is {}: a worker may be driving it (or will resume it); only a succeeded or failed run \
+                 is replayed, so let it finish first",
+                status.as_str()
+            ),
             Error::Trigger(e) => write!(f, "the trigger cannot be canonicalised: {e}"),
             Error::Corrupt(what) => write!(f, "the ledger holds an unreadable record: {what}"),
         }
@@ -663,15 +686,40 @@ impl Engine {
         Ok(resolutions.into_iter().rfind(|r| r.key == *key && r.at_ms > record.last_attempt_ms))
     }
 
-    /// Re-runs a run with an edited trigger under the same run id: unchanged steps replay from the ledger, changed
-    /// ones run exactly once under their new keys. The edited trigger is used for this drive only (the ledger keeps
-    /// the run's original trigger; see the report's gaps).
+    /// Re-runs a finished run with an edited trigger under the same run id: unchanged steps replay from the ledger,
+    /// changed ones run exactly once under their new keys. The edited trigger is used for this drive only (the ledger
+    /// keeps the run's original trigger; see the report's gaps).
+    ///
+    /// Only a run that has succeeded or failed is replayed (a failed run's steps definitely did not apply, or a
+    /// person aborted it: a decision made). Any other is refused with [`Error::NotFinished`], the ledger left as it
+    /// was:
+    /// - a paused run waits for a person's decision about a key whose outcome the engine cannot judge (an
+    ///   at-most-once step that may have applied). Walked with edited inputs, that step would get a new key and be
+    ///   sent again while the old key still may have applied: the resend without a person's decision that rule 2
+    ///   and I4 forbid. Resolve it first ([`Engine::resolve`], `flow resolve`), then replay what it ends as.
+    /// - a pending or running run may be driven by a worker now, or waits to be resumed (after a crash, or a
+    ///   person's decision, which a drive with the run's own trigger applies at the key it names). A replay beside
+    ///   such a drive would race it for the run's status (one's end overwriting the other's pause), and would send
+    ///   under a new key a step that a crash left "may have applied". Let it finish first.
+    ///
+    /// Two replays of one run at once, with different edits, are the caller's to avoid: each keeps every key's
+    /// promise, but the run's last status is the later one's.
     pub async fn replay(&self, run_id: &str, edited_trigger: &Doc) -> Result<RunStatus, Error> {
         if self.ledger.get_run(run_id)?.is_none() {
             return Err(Error::UnknownRun(run_id.to_string()));
         }
         canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
         self.drive_with(run_id, Trigger::Edited(edited_trigger)).await
+    }
+
+    /// Why a replay of run `run_id`, found `status` (paused at key `paused_at`, if it is), is refused: names the
+    /// step the run waits at when the ledger holds the key.
+    fn not_finished(&self, run_id: &str, status: RunStatus, paused_at: Option<Key>) -> Result<Error, Error> {
+        let mut step = None;
+        if let Some(key) = paused_at {
+            self.ledger.inspect(&key, &mut |record| step = record.map(|r| r.step_id.to_string()))?;
+        }
+        Ok(Error::NotFinished { run_id: run_id.to_string(), status, step })
     }
 
     /// Drops webhook inbox rows older than the configured retention.
@@ -757,8 +805,13 @@ impl Engine {
         // it or the caller's copy is the same document) the parsed trigger, without copying the run's record.
         let mut read = None;
         let mut known_is_stored = false;
+        // A replay of a paused run is refused naming the key it waits at (see `Engine::replay`).
+        let mut paused_at = None;
         self.ledger.inspect_run(run_id, &mut |run| {
             read = run.map(|run| {
+                if walking && run.status == RunStatus::Paused {
+                    paused_at = run.reason.as_deref().and_then(paused_key);
+                }
                 let ends_here = !walking && !run.status.is_unfinished();
                 if !ends_here {
                     known_is_stored = match given {
@@ -784,16 +837,19 @@ impl Engine {
         };
         let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         match status {
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused if !walking => return Ok(status),
-            _ => {}
+            RunStatus::Succeeded | RunStatus::Failed if walking => {}
+            // Read in the same look as the walk is decided on: a replay that began meanwhile has set the run running.
+            _ if walking => return Err(self.not_finished(run_id, status, paused_at)?),
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused => return Ok(status),
+            RunStatus::Pending | RunStatus::Running => {}
         }
         let compiled = compiled.map_err(Error::UnknownWorkflow)?;
-        // Never driven before (an edited replay walks a finished run, whose keys exist).
-        let new_run = status == RunStatus::Pending && !walking;
-        if status == RunStatus::Pending {
+        // Never driven before (a replay walks a finished run, whose keys exist).
+        let new_run = status == RunStatus::Pending;
+        if new_run {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
             self.observer.event(&Event::RunStarted { run_id, workflow: &compiled.workflow.name });
-        } else if status != RunStatus::Running && walking {
+        } else if walking {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
         }
         let stored_trigger =

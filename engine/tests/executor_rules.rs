@@ -501,6 +501,53 @@ async fn each_resolution_of_a_paused_at_most_once_step() {
     assert_eq!(connector.calls().len(), 1);
 }
 
+/// A paused run waits for a person: a replay with edited inputs would give its at-most-once step a new key and send
+/// it again while the old key may have applied (rule 2, I4). It is refused naming the step, and changes nothing; so
+/// is a replay of a run a worker may be driving. Once a person has decided and the run has finished, it replays.
+#[tokio::test]
+async fn a_replay_of_a_run_that_has_not_finished_is_refused_and_changes_nothing() {
+    let (connector, ledger, engine, _) = paused_payout().await;
+    let before = ledger.get_run("r1").unwrap().unwrap();
+    let paused_key = engine::ledger::paused_key(before.reason.as_deref().unwrap()).unwrap();
+    let record_before = ledger.get(&paused_key).unwrap().unwrap();
+    let edited = engine::doc!({"email": "a@example.com", "amount": 6});
+    let new_key = key::step_key("r1", "only", &edited).unwrap();
+    for trigger in [&edited, &engine::doc!({"email": "a@example.com", "amount": 5})] {
+        let refused = engine.replay("r1", trigger).await;
+        let Err(e @ Error::NotFinished { status: RunStatus::Paused, step: Some(_), .. }) = refused else {
+            panic!("a paused run must not be replayed: {refused:?}");
+        };
+        let message = e.to_string();
+        assert!(message.contains("paused at step only") && message.contains("flow resolve"), "{message}");
+        assert_eq!(ledger.get_run("r1").unwrap().unwrap(), before, "the run is left as it was");
+        assert_eq!(ledger.get(&paused_key).unwrap().unwrap(), record_before);
+        assert_eq!(ledger.get(&new_key).unwrap(), None, "no key of the edited inputs is claimed");
+        assert_eq!(connector.calls().len(), 1, "the payout is not sent again without a person's decision");
+    }
+    // Pending (never driven) and running (a worker may be driving it, or will resume it): refused too.
+    engine.create_run("wf", "r2", &engine::doc!({"email": "b@example.com", "amount": 1})).unwrap();
+    ledger.create_run(engine::ledger::RunRecord { run_id: "r3".into(), ..before.clone() }).unwrap();
+    ledger.set_run_status("r3", RunStatus::Running, None, 5).unwrap();
+    for (run, status) in [("r2", RunStatus::Pending), ("r3", RunStatus::Running)] {
+        let stored = ledger.get_run(run).unwrap().unwrap();
+        let refused = engine.replay(run, &edited).await;
+        assert!(
+            matches!(&refused, Err(Error::NotFinished { status: s, step: None, .. }) if *s == status),
+            "{run}: {refused:?}"
+        );
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains(status.as_str()) && message.contains("let it finish first"), "{message}");
+        assert_eq!(ledger.get_run(run).unwrap().unwrap(), stored, "{run} is left as it was");
+    }
+    assert_eq!(connector.calls().len(), 1);
+    // A person decides; the run finishes, and then a replay with edited inputs runs the step once under its new key.
+    let done = Resolution::MarkDone { output: json!({"id": "po_1"}) };
+    assert_eq!(engine.resolve("r1", done, "ann").await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(engine.replay("r1", &edited).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 2);
+    assert_eq!(connector.calls()[1].key, new_key);
+}
+
 #[tokio::test]
 async fn two_workers_driving_one_run_execute_each_key_once() {
     for spec in [keyed("charge", 60_000, false), lookup("charge", 5), at_most_once("charge")] {
