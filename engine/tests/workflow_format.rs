@@ -206,3 +206,25 @@ fn a_volatile_path_that_names_no_input_field_is_refused() {
     let err = Workflow::from_toml(text).expect_err("a typo in TOML");
     assert!(err.to_string().contains("\"requsted_at\" names no input field: `inputs` has `requested_at`"), "{err}");
 }
+
+/// The example error in `signup.toml`'s comment is what the engine prints for the mistake the comment describes.
+#[test]
+fn the_example_error_in_signup_toml_is_the_one_printed() {
+    let text = include_str!("../workflows/signup.toml");
+    let documented: Vec<&str> = (text.lines())
+        .skip_while(|line| !line.starts_with("# Validation errors name"))
+        .skip_while(|line| !line.starts_with("#   "))
+        .map_while(|line| line.strip_prefix("#   "))
+        .collect();
+    assert!(!documented.is_empty(), "the example error follows the comment");
+    let documented = documented.join(" ");
+    // The mistake: the customer of welcome's first write names step "nope".
+    let first_write = concat!(
+        r#"{ action = "mailer.send_email", "#,
+        r#"inputs = { to = "{{trigger.email}}", template = "welcome", customer = "{{steps.customer.output.id}}" } }"#
+    );
+    assert!(text.contains(first_write), "welcome's first write as the test knows it");
+    let wrong = text.replace(first_write, &first_write.replace("steps.customer", "steps.nope"));
+    let err = Workflow::from_toml(&wrong).expect_err("a reference to no earlier step");
+    assert_eq!(err.to_string(), documented);
+}
