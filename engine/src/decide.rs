@@ -25,6 +25,13 @@
 //!
 //! Policy [`Policy::Naive`] is the baseline "before the rules": a fresh connector key per attempt, no lookups, every
 //! failure retried while attempts remain, and the step failed when they run out.
+//!
+//! A key is derived from (run id, step id, inputs), not from the action: a workflow edited to give a step another
+//! action, with the same id and inputs, keeps the step's key. The driver asks [`decide_for_action`], which sees
+//! a record that names another action than the step now does and pauses for a person (whatever the class and the
+//! policy) instead of replaying the old action's output as the new one's, or sending the new action under a key
+//! the old one may have applied under. It waits out a lease held on the key first (an attempt of the old action in
+//! flight), and a person's retry sends the new action once.
 
 use crate::connector::{ActionSpec, GuaranteeClass};
 use crate::key::Key;
@@ -147,6 +154,45 @@ pub fn decide(input: &Input<'_>) -> Decision {
             };
             after_indeterminate(input, record, why, attempt)
         }
+    }
+}
+
+/// [`decide`] for a key the step now performs as `action` (`connector.action`): when the record names another
+/// action (the workflow was edited, keeping the step's id and inputs, so its key), the step pauses for a person
+/// rather than take the old action's stored output as the new one's, or send the new action under a key the old one
+/// may have applied under: neither can be judged automatically. Only a lease held on the key is waited out first
+/// (an attempt of the old action may be in flight), and a person's retry sends the new action once (its claim
+/// records the new action). A succeeded key is final, so there the person restores the action, gives the step a new
+/// id (a new key: the new action runs once) or aborts the run.
+pub fn decide_for_action(input: &Input<'_>, action: &str) -> Decision {
+    let Some(record) = input.record.filter(|r| r.action != action) else {
+        return decide(input);
+    };
+    let edited = format!(
+        "step {}: the workflow now gives it action {action}, but its key (the same step id and inputs) is recorded \
+         as action {}",
+        record.step_id, record.action
+    );
+    match record.status {
+        Status::Started if record.lease_expiry_ms > input.now_ms => decide(input),
+        Status::Succeeded => Decision::Pause(format!(
+            "{edited}, which succeeded (attempt {} at {} ms): its output is not the new action's, and a succeeded \
+             key is final; a person must decide: restore the step's action, give the step a new id to run the new \
+             action once, or abort the run",
+            record.attempt_count, record.last_attempt_ms
+        )),
+        _ if input.person_retry => decide(input),
+        Status::Failed => Decision::Pause(evidence(
+            record,
+            &format!("{edited}, which did not apply; a person must decide whether to send the new one (retry)"),
+        )),
+        Status::Unknown | Status::Started => Decision::Pause(evidence(
+            record,
+            &format!(
+                "{edited}, which may have applied; a person must decide (mark the step done, retry: send the new \
+                 action once, or abort)"
+            ),
+        )),
     }
 }
 

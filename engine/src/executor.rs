@@ -26,6 +26,15 @@
 //! paused step would be sent again under a new key while the old one may have applied), and a pending or running one
 //! may be driven by a worker.
 //!
+//! A key does not cover the step's action (DESIGN's formula: run id, step id, inputs). A workflow edited to give a
+//! step another action, with the same id and inputs, finds the step's key recorded as the old action: the step
+//! pauses for a person, naming the step and both actions ([`decide::decide_for_action`]), rather than replay the old
+//! action's output as the new one's or send the new action under a key the old one may have applied under. It is
+//! the engine's answer wherever it cannot judge automatically (as for a key reused with another payload): a failed
+//! run must carry no effect (I3), and the old action's may have happened. A person's retry sends the new action once
+//! and mark-done adopts the given output; a key the old action succeeded under is final, so there only an abort
+//! applies (or the workflow is edited again: the old action restored, or the step given a new id, a new key).
+//!
 //! Resolutions ([`Engine::resolve`], or [`record_resolution`] from the `flow` admin CLI): a pause reason ends with
 //! `[key <hex>]`, the key the run stopped at. The resolution is recorded against that key, stamped after its last
 //! attempt, and the run set running (an abort fails it at once, "aborted by <by>"). The next drive walks the run
@@ -1146,18 +1155,23 @@ impl Engine {
                     }
                     _ => None,
                 };
-                let decision = decide::decide(&Input {
-                    spec,
-                    policy: self.config.policy,
-                    retry: &self.config.retry,
-                    seed: self.config.seed,
-                    key: &key,
-                    record: record.as_ref(),
-                    last,
-                    first_attempt_ms,
-                    now_ms,
-                    person_retry,
-                });
+                // The record may name another action than the step now does (the workflow was edited, keeping the
+                // step's id and inputs): then a person decides (`decide_for_action`).
+                let decision = decide::decide_for_action(
+                    &Input {
+                        spec,
+                        policy: self.config.policy,
+                        retry: &self.config.retry,
+                        seed: self.config.seed,
+                        key: &key,
+                        record: record.as_ref(),
+                        last,
+                        first_attempt_ms,
+                        now_ms,
+                        person_retry,
+                    },
+                    &bound.full,
+                );
                 match decision {
                     Decision::Replay => {
                         let record = record.expect("replay decided on a record");
@@ -1187,6 +1201,18 @@ impl Engine {
                         let Some(resolution) = pending else {
                             return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
                         };
+                        // Only a key recorded as another action pauses at a succeeded record, which is final: neither
+                        // another output nor another attempt can be recorded under it.
+                        if record.as_ref().is_some_and(|r| r.status == Status::Succeeded)
+                            && !matches!(resolution.resolution, Resolution::Abort)
+                        {
+                            let reason = format!(
+                                "{reason}; the decision to {} by {} cannot apply to a succeeded key [key {key}]",
+                                resolution.resolution.name(),
+                                resolution.by
+                            );
+                            return Ok(End::Paused { reason, key });
+                        }
                         resolution_used = true;
                         self.observer.event(&Event::RunResolved {
                             run_id,

@@ -459,3 +459,76 @@ fn a_keyed_resend_must_arrive_inside_the_retention_window() {
     }
     assert!(RetryPolicy::default().request_transit_ms_max >= 30_000, "the default covers a client timeout");
 }
+
+/// A key is derived from (run id, step id, inputs), not the action: a record that names another action than the step
+/// now does (the workflow was edited) pauses for a person, whatever the class, policy and record, instead of
+/// replaying the old action's output or sending the new action under the old one's key. A lease held on the key is
+/// waited out first, and a person's retry is an attempt; a succeeded key stays final even then. The same record
+/// under its own action is decided by `decide` alone.
+#[test]
+fn a_record_of_another_action_pauses_for_a_person() {
+    let now = 10_000;
+    let classes = [
+        spec(GuaranteeClass::Keyed { retention_ms: 60_000 }, false),
+        spec(GuaranteeClass::LookupBeforeCreate { lag_bound_ms: 0 }, true),
+        spec(GuaranteeClass::AtMostOnce, false),
+    ];
+    use Kind::*;
+    use Status::*;
+    // (record, person retry, decided under another action)
+    let table = [
+        (record(Succeeded, 1, now - 500, now - 400, ""), false, Pause),
+        (record(Succeeded, 1, now - 500, now - 400, ""), true, Pause),
+        (record(Started, 1, now - 10, now + 100, ""), false, WaitUntil(now + 100)),
+        (record(Started, 1, now - 900, now - 100, ""), false, Pause),
+        (record(Unknown, 1, now - 900, now - 800, "timeout"), false, Pause),
+        (record(Failed, 1, now - 900, now - 800, "503"), false, Pause),
+        (record(Unknown, 1, now - 900, now - 800, "timeout"), true, Attempt { lookup_first: false }),
+        (record(Failed, 1, now - 900, now - 800, "503"), true, Attempt { lookup_first: false }),
+    ];
+    for spec in &classes {
+        for policy in [Policy::Rules, Policy::Naive] {
+            for (rec, person_retry, want) in &table {
+                let input = Input {
+                    spec,
+                    policy,
+                    retry: &RETRY,
+                    seed: 1,
+                    key: &KEY,
+                    record: Some(rec),
+                    last: None,
+                    first_attempt_ms: Some(now - 900),
+                    now_ms: now,
+                    person_retry: *person_retry,
+                };
+                let name = format!("{} {policy:?} {:?} person_retry={person_retry}", spec.class.name(), rec.status);
+                let decision = decide::decide_for_action(&input, "c.other");
+                assert_eq!(kind(&decision), *want, "{name}: {decision:?}");
+                if let Decision::Pause(reason) = &decision {
+                    for says in ["step s", "c.act", "c.other", "a person must decide"] {
+                        assert!(reason.contains(says), "{name}: {says}: {reason}");
+                    }
+                }
+                // Under the action it records, the record is decided as always.
+                assert_eq!(decide::decide_for_action(&input, "c.act"), decide::decide(&input), "{name}");
+            }
+        }
+    }
+    // No record: nothing to compare, a new key.
+    let input = Input {
+        spec: &classes[0],
+        policy: Policy::Rules,
+        retry: &RETRY,
+        seed: 1,
+        key: &KEY,
+        record: None,
+        last: None,
+        first_attempt_ms: None,
+        now_ms: now,
+        person_retry: false,
+    };
+    assert_eq!(
+        decide::decide_for_action(&input, "c.other"),
+        Decision::Attempt { expected_fence: 0, lookup_first: false }
+    );
+}

@@ -548,6 +548,70 @@ async fn a_replay_of_a_run_that_has_not_finished_is_refused_and_changes_nothing(
     assert_eq!(connector.calls()[1].key, new_key);
 }
 
+/// A step's key covers its id and inputs, not its action. A workflow edited to give a step another action (same id,
+/// same inputs) finds the key recorded as the old action: the step pauses for a person, naming the step and both
+/// actions, instead of replaying the old action's output as the new one's (no call), or sending the new action under
+/// the key of an old attempt that may have applied.
+#[tokio::test]
+async fn a_step_whose_action_was_edited_pauses_instead_of_taking_the_old_actions_record() {
+    let step = |action: &str| {
+        let inputs = json!({"to": "{{trigger.email}}"});
+        json!({"name": "wf", "steps": [{"id": "notify", "action": action, "inputs": inputs}]})
+    };
+    let trigger = engine::doc!({"email": "a@example.com"});
+    let actions = || vec![keyed("email", 60_000, false), keyed("sms", 60_000, false)];
+
+    // The old action succeeded: a replay under the edited workflow must not hand its output on as the new one's.
+    let connector = Scripted::new("api", actions(), &[]);
+    let ledger = memory_ledger();
+    let old = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[step("api.email")]);
+    assert_eq!(old.start_run("wf", "r1", &trigger).await.unwrap(), RunStatus::Succeeded);
+    let edited = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[step("api.sms")]);
+    assert_eq!(edited.replay("r1", &trigger).await.unwrap(), RunStatus::Paused);
+    let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
+    for says in ["step notify", "api.email", "api.sms", "a person must decide", "[key "] {
+        assert!(reason.contains(says), "{says}: {reason}");
+    }
+    assert_eq!(connector.calls().len(), 1, "no call, and no replay of the email as the sms");
+    // A succeeded key is final: a retry or a mark-done cannot apply there, and the run pauses again, saying so.
+    for decision in [Resolution::Retry, Resolution::MarkDone { output: json!({"id": "sms_1"}) }] {
+        assert_eq!(edited.resolve("r1", decision, "ann").await.unwrap(), RunStatus::Paused);
+        let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
+        assert!(reason.contains("cannot apply to a succeeded key") && reason.contains("api.sms"), "{reason}");
+        assert_eq!(connector.calls().len(), 1);
+    }
+    assert_eq!(edited.resolve("r1", Resolution::Abort, "ann").await.unwrap(), RunStatus::Failed);
+    // The old workflow still replays its record.
+    assert_eq!(old.replay("r1", &trigger).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 1);
+
+    // The old action's attempt may have applied (its worker died after the call): the new action is not sent under
+    // its key without a person's decision; a person's retry then sends the new action once.
+    let connector = Scripted::new("api", actions(), &[]);
+    let ledger = memory_ledger();
+    let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 1);
+    let old = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[step("api.email")]);
+    old.create_run("wf", "r1", &trigger).unwrap();
+    assert_eq!(drive_until_halt(&old, &crashing, "r1").await, None);
+    let key = connector.calls()[0].key;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await; // the dead worker's lease expires
+    let recorder = Recorder::new();
+    let edited = engine(config("w2"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[step("api.sms")]);
+    assert_eq!(edited.drive("r1").await.unwrap(), RunStatus::Paused);
+    let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
+    for says in ["step notify", "api.email", "api.sms", "may have applied", "a person must decide"] {
+        assert!(reason.contains(says), "{says}: {reason}");
+    }
+    assert_eq!(connector.calls().len(), 1, "the sms was not sent under the email's key");
+    assert_eq!(ledger.get(&key).unwrap().unwrap().action, "api.email");
+    assert_eq!(edited.resolve("r1", Resolution::Retry, "bo").await.unwrap(), RunStatus::Succeeded);
+    let calls = connector.calls();
+    assert_eq!(calls.iter().map(|c| (c.action.as_str(), c.key)).collect::<Vec<_>>(), [("email", key), ("sms", key)]);
+    assert_eq!(ledger.get(&key).unwrap().unwrap().action, "api.sms", "the person's retry recorded the new action");
+    assert_eq!(edited.replay("r1", &trigger).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.calls().len(), 2);
+}
+
 #[tokio::test]
 async fn two_workers_driving_one_run_execute_each_key_once() {
     for spec in [keyed("charge", 60_000, false), lookup("charge", 5), at_most_once("charge")] {

@@ -73,7 +73,9 @@ pub(crate) fn claim(current: Option<&mut StepRecord>, claim: &Claim<'_>) -> Resu
     let fence = record.fence.checked_add(1).expect("fence overflowed u64: a key was claimed 2^64 times");
     let attempt = record.attempt_count.saturating_add(1);
     // A claim on an existing key keeps run and step (they are part of the key) but records what this attempt
-    // carries, so a person sees the action and inputs of the last attempt.
+    // carries, so a person sees the action and inputs of the last attempt. The action is not part of the key: the
+    // executor claims a key recorded as another action (a workflow edited to give the step another action) only
+    // after a person's decision (`decide::decide_for_action`), never silently.
     set_if_changed(&mut record.action, claim.action);
     set_if_changed(&mut record.owner, claim.worker);
     record.inputs_hash = claim.inputs_hash;
