@@ -83,6 +83,66 @@ fn resolve_refuses_a_blank_by() {
     }
 }
 
+/// A `--by` with a control character (a tab, a line break, an escape, a C1 control) is bad input, refused by the rule
+/// the ledger applies (`engine::ledger::by_refusal`) before anything is opened: exit 2, the ledger's directory as it
+/// was. It was refused only by the ledger, after `resolve` had opened the file to write, with exit 1.
+#[test]
+fn resolve_refuses_a_by_with_a_control_character_before_opening_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_with_paused_runs(&path, &["r1"]));
+    let missing = dir.path().join("missing.db");
+    let before = snapshot(dir.path());
+    for by in ["a\tb", "ann\n", "ann\r\nbo", "x\u{1b}[31m", "a\u{85}b", "al\u{7f}"] {
+        assert_eq!(
+            engine::ledger::by_refusal(by),
+            Some("must name the person deciding on one line, without control characters")
+        );
+        for ledger in [file, missing.to_str().unwrap()] {
+            for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
+                let mut args = vec!["resolve", "--ledger", ledger, "--run", "r1"];
+                args.extend_from_slice(decision);
+                args.extend_from_slice(&["--by", by]);
+                let (code, stdout, stderr) = flow(&args);
+                assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+                assert!(stderr.contains("--by must name the person deciding on one line"), "{args:?}: {stderr}");
+                assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+                assert_eq!(snapshot(dir.path()), before, "{args:?} changed the ledger's directory");
+            }
+        }
+    }
+    let ledger = SqliteLedger::open(&path, Options::default()).unwrap();
+    assert_untouched(&ledger, "r1", "after the refusals");
+}
+
+/// A blank `--run` (empty, or white space only) names no run: bad input, exit 2, told before anything is opened,
+/// even when the ledger holds a run of that id (it was resolved: "run  is now running").
+#[test]
+fn resolve_refuses_a_blank_run_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_with_paused_runs(&path, &["", " ", "r1"]));
+    let before = snapshot(dir.path());
+    for run in ["", " ", "\t", " \u{3000}\n"] {
+        for decision in [&["--retry"][..], &["--abort"], &["--mark-done", "{}"]] {
+            let mut args = vec!["resolve", "--ledger", file, "--run", run];
+            args.extend_from_slice(decision);
+            args.extend_from_slice(&["--by", "ann"]);
+            let (code, stdout, stderr) = flow(&args);
+            assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+            assert!(stderr.contains("--run must name the paused run"), "{args:?}: {stderr}");
+            assert_eq!(stdout, "", "{args:?}");
+            assert_eq!(snapshot(dir.path()), before, "{args:?} changed the ledger's directory");
+        }
+    }
+    let ledger = SqliteLedger::open(&path, Options::default()).unwrap();
+    for run in ["", " ", "r1"] {
+        assert_untouched(&ledger, run, &format!("{run:?} after the refusals"));
+    }
+}
+
 /// Every file name in `dir` with its bytes.
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)

@@ -20,8 +20,9 @@
 //! `-wal` or `-shm` this user may not read (or, for `resolve`, write), a directory `resolve` may not create SQLite's
 //! `-wal` or `-shm` in, a damaged ledger (a page SQLite finds malformed, its `SQLITE_CORRUPT`: "the ledger file is
 //! damaged", with the `sqlite3 FILE "PRAGMA integrity_check"` that says what is damaged); 2 bad usage or bad input,
-//! with a message naming it (a file that is not a ledger, a run id the ledger does not hold, `--mark-done` that is
-//! not valid JSON, a blank `--by`), and the ledger left as it was. Both kinds of SQLite failure are told apart as the
+//! with a message naming it (a file that is not a ledger, a run id the ledger does not hold, a blank `--run`,
+//! `--mark-done` that is not valid JSON, a blank `--by` or one with a control character, the last three told before
+//! anything is opened), and the ledger left as it was. Both kinds of SQLite failure are told apart as the
 //! ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened, [`engine::ledger::Error`]
 //! after), and both commands say a failure of the ledger one way: a damaged ledger is damaged whichever command, and
 //! whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
@@ -76,7 +77,8 @@ enum Command {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
         ledger: PathBuf,
-        /// The paused run's id (as `flow paused` lists it, unescaped: `$'a\tb'` in a POSIX shell for `a\tb`).
+        /// The paused run's id (as `flow paused` lists it, unescaped: `$'a\tb'` in a POSIX shell for `a\tb`); not
+        /// blank.
         #[arg(long, value_name = "ID")]
         run: String,
         /// The effect happened: this JSON, any value (as an API's answer may be), is the step's output (it may start
@@ -89,7 +91,7 @@ enum Command {
         /// Give up: the run fails with "aborted by NAME".
         #[arg(long)]
         abort: bool,
-        /// Who decided (recorded with the resolution).
+        /// Who decided (recorded with the resolution): a name, on one line (no control characters).
         #[arg(long, value_name = "NAME")]
         by: String,
     },
@@ -323,9 +325,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Resolve { ledger, run, mark_done, retry, abort, by } => {
-            // The name is the resolution's only record of who decided; an empty one would file it anonymously.
-            if !engine::ledger::names_someone(&by) {
-                return fail(2, "--by must name the person deciding");
+            // Bad input is refused before anything is opened. A blank id names no run a person could mean.
+            if run.trim().is_empty() {
+                return fail(2, "--run must name the paused run (`flow paused` lists them)");
+            }
+            // The name is the resolution's only record of who decided: checked by the ledger's own rule.
+            if let Some(refusal) = engine::ledger::by_refusal(&by) {
+                return fail(2, &format!("--by {refusal}"));
             }
             let resolution = match (mark_done, retry, abort) {
                 (Some(json), false, false) => match parse_output(&json) {

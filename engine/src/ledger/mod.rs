@@ -262,28 +262,30 @@ pub fn names_someone(name: &str) -> bool {
     })
 }
 
+/// What is wrong with `by` as a resolution's record of who decided, if anything, as the end of a sentence whose
+/// subject is the name ("must name the person deciding"): it names no one ([`names_someone`]; an empty or blank
+/// name would file a person's decision anonymously), or it holds a control character (a line break, a tab: it would
+/// forge lines and columns wherever it is listed). The rule [`Ledger::record_resolution`] applies, and the one the
+/// `flow` CLI checks `--by` by before it opens a ledger.
+pub fn by_refusal(by: &str) -> Option<&'static str> {
+    if !names_someone(by) {
+        return Some("must name the person deciding");
+    }
+    if by.chars().any(char::is_control) {
+        return Some("must name the person deciding on one line, without control characters");
+    }
+    None
+}
+
 impl ResolutionRecord {
-    /// Refuses a record that names no one: an empty or blank `by` would file a person's decision anonymously, and
-    /// one with a control character (a line break, a tab) would forge lines and columns wherever it is listed.
+    /// Refuses a record whose `by` cannot stand for the person deciding ([`by_refusal`]).
     pub(crate) fn check(&self) -> Result<()> {
-        if !names_someone(&self.by) {
-            return Err(Error::Invalid {
-                detail: format!(
-                    "a resolution of run {:?} must name the person deciding (`by` is {:?})",
-                    self.run_id, self.by
-                ),
-            });
+        match by_refusal(&self.by) {
+            None => Ok(()),
+            Some(refusal) => Err(Error::Invalid {
+                detail: format!("a resolution of run {:?} {refusal} (`by` is {:?})", self.run_id, self.by),
+            }),
         }
-        if self.by.chars().any(char::is_control) {
-            return Err(Error::Invalid {
-                detail: format!(
-                    "a resolution of run {:?} names the person deciding on one line, without control characters \
-                     (`by` is {:?})",
-                    self.run_id, self.by
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// Refuses this decision unless its run, now in `status` (paused for `reason`), still waits for it: paused at
