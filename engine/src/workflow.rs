@@ -9,7 +9,8 @@
 //! Inputs are JSON (or TOML) values whose strings may be templates:
 //! - a string that is exactly `"{{trigger.a.b}}"` or `"{{steps.ID.output.x}}"` becomes that value, type kept;
 //! - `{{...}}` inside a longer string interpolates the value as text (strings bare, other values as JSON);
-//! - a path segment that is a number indexes an array (`{{steps.writes.output.0.id}}`).
+//! - a path segment that is a number indexes an array (`{{steps.writes.output.0.id}}`);
+//! - `{{{{` is a literal `{{` (`"{{{{trigger.a}}"` is the text `{{trigger.a}}`); `}}` outside a reference is text.
 //!
 //! `steps.ID` may only name an earlier step. A path that does not resolve at run time renders as `null` (as text:
 //! empty). An optional `volatile = ["path", ...]` names input fields sent to the connector but left out of the key
@@ -463,7 +464,7 @@ fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String>
         Value::Array(items) => {
             let compiled = items.iter().map(|v| compile_template(v, earlier)).collect::<Result<Vec<_>, _>>()?;
             if compiled.iter().all(|t| matches!(t, Template::Literal(_))) {
-                Template::Literal(Doc::from(value))
+                Template::Literal(literal_doc(value))
             } else {
                 Template::Array(compiled)
             }
@@ -474,7 +475,7 @@ fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String>
                 compiled.push((Str::from(k), compile_template(v, earlier).map_err(|m| format!("at `{k}`: {m}"))?));
             }
             if compiled.iter().all(|(_, t)| matches!(t, Template::Literal(_))) {
-                Template::Literal(Doc::from(value))
+                Template::Literal(literal_doc(value))
             } else {
                 compiled.sort_by(|a, b| crate::canonical::cmp_utf16(&a.0, &b.0));
                 Template::Object(compiled)
@@ -487,28 +488,66 @@ fn compile_template(value: &Value, earlier: &[&str]) -> Result<Template, String>
 /// The bound on template references in one string, so a hostile definition cannot make compilation quadratic.
 const REFERENCE_COUNT_MAX: usize = 64;
 
+/// The escape of a literal `{{` in a string: `{{{{`. No reference starts with `{`, so a `{{` followed by `{{` never
+/// opened a valid reference, and no template that compiled without the escape reads differently with it.
+const ESCAPED_BRACES: &str = "{{{{";
+
 fn compile_string(text: &str, earlier: &[&str]) -> Result<Template, String> {
     let mut parts = Vec::new();
+    let mut literal = String::new();
     let mut rest = text;
     while let Some(open) = rest.find("{{") {
         if parts.len() > 2 * REFERENCE_COUNT_MAX {
             return Err(format!("more than {REFERENCE_COUNT_MAX} references in one string"));
         }
-        if open > 0 {
-            parts.push(Part::Text(rest[..open].to_string()));
+        literal.push_str(&rest[..open]);
+        if rest[open..].starts_with(ESCAPED_BRACES) {
+            literal.push_str("{{");
+            rest = &rest[open + ESCAPED_BRACES.len()..];
+            continue;
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Text(std::mem::take(&mut literal)));
         }
         let after = &rest[open + 2..];
         let close = after.find("}}").ok_or_else(|| format!("unclosed `{{{{` in {text:?}"))?;
         parts.push(Part::Reference(compile_reference(after[..close].trim(), earlier)?));
         rest = &after[close + 2..];
     }
-    if !rest.is_empty() {
-        parts.push(Part::Text(rest.to_string()));
+    literal.push_str(rest);
+    if parts.is_empty() {
+        // Only escaped braces: a literal string.
+        return Ok(Template::Literal(Doc::from(literal.as_str())));
+    }
+    if !literal.is_empty() {
+        parts.push(Part::Text(literal));
     }
     if let [Part::Reference(reference)] = parts.as_slice() {
         return Ok(Template::Reference(reference.clone()));
     }
     Ok(Template::Interpolated(parts))
+}
+
+/// The document of `value`, a part of the inputs with no reference in it: `value` itself, with each escaped `{{{{`
+/// of its strings written `{{` (every `{{` in such a part starts an escape).
+fn literal_doc(value: &Value) -> Doc {
+    fn has_braces(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains("{{"),
+            Value::Array(items) => items.iter().any(has_braces),
+            Value::Object(map) => map.values().any(has_braces),
+            _ => false,
+        }
+    }
+    fn unescaped(value: &Value) -> Value {
+        match value {
+            Value::String(text) => Value::String(text.replace(ESCAPED_BRACES, "{{")),
+            Value::Array(items) => Value::Array(items.iter().map(unescaped).collect()),
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), unescaped(v))).collect()),
+            other => other.clone(),
+        }
+    }
+    if has_braces(value) { Doc::from(&unescaped(value)) } else { Doc::from(value) }
 }
 
 fn compile_reference(text: &str, earlier: &[&str]) -> Result<Reference, String> {

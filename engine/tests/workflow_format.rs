@@ -228,3 +228,48 @@ fn the_example_error_in_signup_toml_is_the_one_printed() {
     let err = Workflow::from_toml(&wrong).expect_err("a reference to no earlier step");
     assert_eq!(err.to_string(), documented);
 }
+
+/// `{{{{` writes a literal `{{` in an input string, wherever the string is; `}}` outside a reference needs no escape.
+/// No reference starts with `{`, so `{{{{` never opened a valid reference: templates without it read as before.
+#[test]
+fn escaped_braces_write_a_literal_pair() {
+    let wf = Workflow::from_json(
+        &json!({"name": "w", "steps": [
+            {"id": "a", "action": "c.x", "inputs": {
+                "shown": "{{{{trigger.n}}",
+                "mixed": "x {{{{ y {{trigger.n}} }} {{{{{{{{",
+                "five": "{{{{{",
+                "nested": {"list": ["{{{{steps.a.output}}", 1], "plain": "}}}}"},
+                "inside_a_path": "{{trigger.a{{{{b}}",
+                "spaced": "{{ trigger.n }}"
+            }},
+            {"id": "b", "action": "c.y", "inputs": {"literal_only": "{{{{steps.a.output.id}}"}}
+        ]})
+        .to_string(),
+    )
+    .expect("valid");
+    let trigger = engine::doc!({"n": 7, "a{{{{b": "deep"});
+    assert_eq!(
+        render(first_inputs(&wf), &trigger, &[]),
+        json!({
+            "shown": "{{trigger.n}}",
+            "mixed": "x {{ y 7 }} {{{{",
+            "five": "{{{",
+            "nested": {"list": ["{{steps.a.output}}", 1], "plain": "}}}}"},
+            "inside_a_path": "deep",
+            "spaced": 7
+        })
+    );
+    let StepKind::Action { inputs, .. } = &wf.steps[1].kind else { panic!("an action step") };
+    assert_eq!(render(inputs, &trigger, &[]), json!({"literal_only": "{{steps.a.output.id}}"}));
+    // An escaped reference names no step.
+    assert_eq!(wf.outputs_referenced(), [false, false]);
+    // A part of the inputs with only escapes in it is a literal, as one with none is.
+    assert!(matches!(inputs, Template::Literal(_)), "{inputs:?}");
+    // Three braces still open a reference that starts with `{`, which is refused as before.
+    let err = Workflow::from_json(
+        &json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{{trigger.n}}"}}]}).to_string(),
+    )
+    .expect_err("three braces");
+    assert!(err.message.contains("`{{{trigger.n}}` must start with `trigger` or `steps`"), "{err}");
+}
