@@ -12,9 +12,13 @@
 //! - a path segment that is a number indexes an array (`{{steps.writes.output.0.id}}`);
 //! - `{{{{` is a literal `{{` (`"{{{{trigger.a}}"` is the text `{{trigger.a}}`); `}}` outside a reference is text.
 //!
-//! `steps.ID` may only name an earlier step. A path that does not resolve at run time renders as `null` (as text:
-//! empty). An optional `volatile = ["path", ...]` names input fields sent to the connector but left out of the key
-//! (see [`crate::key::without_volatile`]). `engine/workflows/signup.toml` is a commented example.
+//! `steps.ID` may only name an earlier step, and a step id holds no whitespace, `.`, `{`, `}`, `[` or `]`, so that
+//! a reference can name it. A path that does not resolve at run time renders as `null` (as text: empty). An optional
+//! `volatile = ["path", ...]` names input fields sent to the connector but left out of the key (see
+//! [`crate::key::without_volatile`]); each path must name a field of the step's inputs (of a writes step: of one of
+//! its writes' inputs), or reach into a value a reference renders. Numbers are held to the canonical JSON parser's
+//! rule in TOML as in JSON, literal by literal ([`check_toml_number_literals`]). `engine/workflows/signup.toml` is
+//! a commented example.
 
 use serde::Deserialize;
 use serde_json::Value;
