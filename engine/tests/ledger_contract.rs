@@ -701,6 +701,52 @@ mod sqlite_file_only {
         assert_eq!(n, 1, "the foreign database is untouched");
     }
 
+    /// Another program's database at a mistyped path, or a ledger of a newer schema, is refused before anything
+    /// changes the file: the switch to WAL (the header's bytes 18 and 19 from 1 to 2) used to come first, so the
+    /// refusal left the other program's database changed for good. The file stays byte for byte, with nothing beside
+    /// it, whether the ledger would be opened shared or exclusive.
+    #[test]
+    fn a_database_that_is_not_a_ledger_is_refused_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("other.sqlite");
+        {
+            let conn = rusqlite::Connection::open(&other).unwrap();
+            conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
+        }
+        let newer = dir.path().join("newer.sqlite");
+        {
+            let conn = rusqlite::Connection::open(&newer).unwrap();
+            conn.execute_batch("CREATE TABLE runs (x);").unwrap();
+            conn.pragma_update(None, "user_version", engine::ledger::sqlite::SCHEMA_VERSION + 1).unwrap();
+        }
+        let files = || {
+            let mut names: Vec<String> =
+                std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            names.sort();
+            names
+        };
+        let bytes = |path: &std::path::Path| std::fs::read(path).unwrap();
+        let (other_before, newer_before) = (bytes(&other), bytes(&newer));
+        assert_eq!((other_before[18], other_before[19]), (1, 1), "a database in rollback-journal mode");
+        for options in [Options::default(), Options { exclusive: true, ..Options::default() }] {
+            match SqliteLedger::open(&other, options.clone()) {
+                Err(Error::Corrupt { detail }) => {
+                    assert!(detail.contains("other.sqlite") && detail.contains("not a ledger"), "{detail}")
+                }
+                other => panic!("expected Corrupt, got {other:?}"),
+            }
+            assert!(matches!(SqliteLedger::open(&newer, options), Err(Error::SchemaTooNew { .. })));
+            assert_eq!(bytes(&other), other_before, "the other program's database is left as it was");
+            assert_eq!(bytes(&newer), newer_before);
+            assert_eq!(files(), ["newer.sqlite", "other.sqlite"], "nothing made beside them");
+        }
+        // An empty new file becomes a ledger, as designed.
+        let fresh = dir.path().join("fresh.sqlite");
+        std::fs::write(&fresh, b"").unwrap();
+        let ledger = SqliteLedger::open(&fresh, Options::default()).unwrap();
+        assert!(ledger.create_run(run_of("run-1", RunStatus::Running)).unwrap());
+    }
+
     /// A page SQLite finds malformed in a ledger file (its `SQLITE_CORRUPT`, "database disk image is malformed": a
     /// failing disk, a stray write) is [`Error::Damaged`], not [`Error::Corrupt`], which says a file is no ledger: the
     /// file opens, what is whole is read as ever, and a read or a write that meets the damage is refused as damaged,

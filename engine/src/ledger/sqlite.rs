@@ -8,7 +8,9 @@
 //! [`Error::SchemaTooNew`]. A file SQLite cannot read as a database (garbage bytes, a damaged header), or a
 //! database at version 0 that already holds tables (not a ledger), is refused with [`Error::Corrupt`]; a page SQLite
 //! finds malformed (`SQLITE_CORRUPT`), when the file is opened or at any later read, is [`Error::Damaged`]. Nothing is
-//! ever recreated over either. SQLite's `random()` is never used: every value stored comes from the caller.
+//! ever recreated over either. [`SqliteLedger::open`] reads the version and the tables before it changes anything
+//! (the switch to WAL rewrites the header), so a refused file, another program's database at a mistyped path, is
+//! left byte for byte; an empty file becomes a new ledger. SQLite's `random()` is never used: every value stored comes from the caller.
 //!
 //! # Settings
 //! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=NORMAL` by default.
@@ -759,7 +761,15 @@ impl SqliteLedger {
         if options.exclusive {
             conn.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(read_err)?;
         }
-        // The first statement that reads the file: garbage bytes fail here with SQLITE_NOTADB.
+        // Before anything changes the file: a database that is not a ledger (another program's, at a mistyped path),
+        // or a ledger of a newer schema, is refused as it is. Switching to WAL rewrites the header (bytes 18 and 19),
+        // for good. Read in one transaction, so that another worker's migration is seen whole or not at all. The
+        // first statement that reads the file: garbage bytes fail here with SQLITE_NOTADB.
+        let (found, tables) = {
+            let look = conn.unchecked_transaction().map_err(read_err)?;
+            read_schema(&look, read_err)?
+        };
+        judge_schema(found, tables).map_err(|e| in_file(path, e))?;
         let mode = switch_to_wal(&conn, options.busy_timeout_ms).map_err(read_err)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(Error::Storage(format!("{}: could not switch to WAL mode (got {mode})", path.display())));
@@ -774,11 +784,7 @@ impl SqliteLedger {
         // 64 MiB of page cache (negative = KiB): random 32-byte keys touch pages all over the steps b-tree.
         conn.pragma_update(None, "cache_size", -65_536).map_err(storage)?;
         // A file may hold rows already: the cache starts as a cache of some rows, filled as they are read.
-        Self::finish_open(conn, options, true, false).map_err(|e| match e {
-            Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
-            Error::Damaged { detail } => Error::Damaged { detail: format!("{}: {detail}", path.display()) },
-            other => other,
-        })
+        Self::finish_open(conn, options, true, false).map_err(|e| in_file(path, e))
     }
 
     /// Opens an existing ledger file for reading only: nothing is migrated and the journal mode is left as it is,
@@ -1018,21 +1024,42 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     tx.commit().map_err(storage)
 }
 
-/// The ledger schema version of `conn`'s file, refusing one this build cannot migrate: newer, negative, or a
-/// database that has tables but no version (not a ledger).
+/// `e`, a refusal of the file at `path` as no ledger or as damaged, naming the file.
+fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Corrupt { detail } => corrupt(format!("{}: {detail}", path.display())),
+        Error::Damaged { detail } => Error::Damaged { detail: format!("{}: {detail}", path.display()) },
+        other => other,
+    }
+}
+
+/// The ledger schema version of `conn`'s file, refusing one this build cannot migrate ([`judge_schema`]). Reads
+/// only.
 fn schema_version(conn: &Connection) -> Result<i64> {
-    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(storage)?;
+    let (found, tables) = read_schema(conn, storage)?;
+    judge_schema(found, tables)
+}
+
+/// The file's `user_version` and how many entries (tables, indexes...) its schema holds, SQLite's failures said by
+/// `failed`. Read apart from a transaction, another worker's migration between the two reads can make a fresh file
+/// look like a database with tables and no version: the caller reads both in one.
+fn read_schema(conn: &Connection, failed: impl Fn(rusqlite::Error) -> Error) -> Result<(i64, i64)> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(&failed)?;
+    let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(&failed)?;
+    Ok((found, tables))
+}
+
+/// The ledger schema version `found` of a file whose schema holds `tables` entries, refused when this build cannot
+/// migrate it: newer, negative, or a database that has tables but no version (not a ledger: another program's).
+fn judge_schema(found: i64, tables: i64) -> Result<i64> {
     if found > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
     }
     if found < 0 {
         return Err(corrupt(format!("negative schema version {found}")));
     }
-    if found == 0 {
-        let tables: i64 = conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(storage)?;
-        if tables > 0 {
-            return Err(corrupt("a SQLite database with tables but no ledger schema version: not a ledger"));
-        }
+    if found == 0 && tables > 0 {
+        return Err(corrupt("a SQLite database with tables but no ledger schema version: not a ledger"));
     }
     Ok(found)
 }
