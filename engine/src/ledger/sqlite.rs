@@ -13,13 +13,16 @@
 //! left byte for byte; an empty file becomes a new ledger. SQLite's `random()` is never used: every value stored comes from the caller.
 //!
 //! # Settings
-//! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=NORMAL` by default.
-//!   WAL + NORMAL is durable against a crash of the process (a committed transaction is in the WAL file, in the
-//!   OS page cache, before `COMMIT` returns; `tests/crash_sigkill.rs` kills a writer with SIGKILL to check it), but
-//!   the WAL is only fsynced at checkpoints, so a power loss or kernel crash may roll back the last committed
-//!   transactions (never corrupt the file). Process crashes are the fault model of Flow; for deployments where a
-//!   lost at-most-once intent after a power cut is unacceptable, set [`Options::synchronous`] to
-//!   [`Synchronous::Full`] (every commit fsyncs the WAL; slower).
+//! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=FULL` by default
+//!   ([`Synchronous::Full`]): every commit fsyncs the WAL before `COMMIT` returns, so a committed transaction
+//!   survives a power loss or an OS crash too. That is what the engine's promise needs: an at-most-once intent
+//!   ("started", committed before the call) that a power cut rolled back would leave no trace of the call, and the
+//!   email or payout would be sent again. [`Synchronous::Normal`] is the explicit trade of that durability for speed:
+//!   WAL + NORMAL is durable against a crash of the process (a committed transaction is in the WAL file, in the OS
+//!   page cache, before `COMMIT` returns; `tests/crash_sigkill.rs` kills a writer with SIGKILL to check it), but the
+//!   WAL is fsynced only at checkpoints, so a power loss or kernel crash may roll back the last committed
+//!   transactions (never corrupt the file), intents among them. Choose it only where a lost intent after a power cut
+//!   is acceptable (or the disk's cache is battery-backed and the OS cannot crash without the process).
 //! - `:memory:`: `journal_mode=OFF`, for speed (simulations). Without a journal SQLite cannot roll anything back,
 //!   so there any storage error poisons the ledger (see "Failures"); nothing here is durable anyway.
 //!
@@ -186,13 +189,16 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// How hard a commit pushes to the disk (SQLite's `synchronous`). See the module doc.
+/// How hard a commit pushes to the disk (SQLite's `synchronous`), for a file (`:memory:` has no disk). See the
+/// module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// Durable against process crashes; a power loss may roll back the last commits.
-    #[default]
+    /// Faster, and durable against crashes of the process only: the WAL is fsynced at checkpoints, so a power loss
+    /// or an OS crash may roll back the last commits, a started at-most-once intent among them (after which the
+    /// engine, seeing no intent, sends the email or payout again). Trades that durability for speed.
     Normal,
-    /// Every commit fsyncs the WAL: durable against power loss too.
+    /// Every commit fsyncs the WAL: durable against power loss and OS crashes too. The default.
+    #[default]
     Full,
 }
 
@@ -201,7 +207,7 @@ pub enum Synchronous {
 pub struct Options {
     /// Writes that may wait are committed every this many writes; 0 = every write is its own transaction.
     pub group_commit_ops_max: usize,
-    /// Files only.
+    /// Files only; [`Synchronous::Full`] by default (see [`Synchronous::Normal`] for what the faster one risks).
     pub synchronous: Synchronous,
     /// How long a write waits for another connection's lock before failing.
     pub busy_timeout_ms: u64,
@@ -218,7 +224,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             group_commit_ops_max: 0,
-            synchronous: Synchronous::Normal,
+            synchronous: Synchronous::Full,
             busy_timeout_ms: 5_000,
             exclusive: false,
             cache_entries: 0,
@@ -1892,5 +1898,30 @@ impl Drop for SqliteLedger {
         {
             let _ = commit_batch(state, self.journal);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite's `synchronous` on the ledger's connection: 1 NORMAL, 2 FULL.
+    fn synchronous_of(ledger: &SqliteLedger) -> i64 {
+        let state = ledger.lock().expect("a usable ledger");
+        state.conn.pragma_query_value(None, "synchronous", |r| r.get(0)).expect("read synchronous")
+    }
+
+    /// A file commits with `synchronous=FULL` unless the caller asks for NORMAL: with NORMAL a power loss or an OS
+    /// crash can roll back a committed at-most-once intent, and the email is sent again. It used to be NORMAL by
+    /// default.
+    #[test]
+    fn a_file_fsyncs_every_commit_unless_told_otherwise() {
+        assert_eq!(Options::default().synchronous, Synchronous::Full);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let full = SqliteLedger::open(&dir.path().join("full.db"), Options::default()).expect("open");
+        assert_eq!(synchronous_of(&full), 2);
+        let normal = Options { synchronous: Synchronous::Normal, ..Options::default() };
+        let normal = SqliteLedger::open(&dir.path().join("normal.db"), normal).expect("open");
+        assert_eq!(synchronous_of(&normal), 1);
     }
 }

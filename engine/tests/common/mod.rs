@@ -403,8 +403,12 @@ pub async fn drive_until_halt(engine: &Engine, recorder: &Recorder, run_id: &str
 /// A ledger at `path` holding `run_ids`, each paused at a key, as the engine leaves an at-most-once step whose
 /// outcome it cannot know.
 pub fn ledger_with_paused_runs(path: &std::path::Path, run_ids: &[&str]) -> engine::ledger::sqlite::SqliteLedger {
+    use engine::ledger::sqlite::{Options, SqliteLedger, Synchronous};
     use engine::ledger::{Ledger as _, RunRecord, RunStatus};
-    let ledger = engine::ledger::sqlite::SqliteLedger::open(path, Default::default()).expect("open a new ledger");
+    // A fixture, written before the test looks: without an fsync per commit (the default, for power-loss
+    // durability), as a ledger of 2,000 runs takes seconds to write with one.
+    let options = Options { synchronous: Synchronous::Normal, ..Options::default() };
+    let ledger = SqliteLedger::open(path, options).expect("open a new ledger");
     for run_id in run_ids {
         let run = RunRecord {
             run_id: (*run_id).into(),
