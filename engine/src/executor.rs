@@ -16,7 +16,9 @@
 //!
 //! Runs: pending → running → succeeded | failed | paused (with the reason). Every transition is written to the
 //! ledger; [`Engine::resume_unfinished`] drives every pending or running run after a restart. `failed` means every
-//! attempt definitely did not apply; anything that may have applied pauses instead (I3).
+//! attempt definitely did not apply, or a person aborted the run (a resolution, [`Resolution::Abort`]: the run's
+//! reason is "aborted by NAME", and the step it paused at may have applied, as that person judged); anything else
+//! that may have applied pauses instead (I3, which exempts aborted runs).
 //!
 //! Edit and replay ([`Engine::replay`]): the run keeps its id. Keys derive from (run id, step id, inputs), so a step
 //! whose rendered inputs did not change gets the same key and replays its stored output with no call, and a step

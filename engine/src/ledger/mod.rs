@@ -155,7 +155,8 @@ pub enum RunStatus {
     Pending,
     Running,
     Succeeded,
-    /// Only when every attempt definitely did not apply.
+    /// Every attempt of the step it stopped at definitely did not apply, or a person aborted the run (its reason is
+    /// "aborted by NAME": the step it paused at may have applied, as that person judged).
     Failed,
     /// Waiting for a person; the record carries the reason.
     Paused,
