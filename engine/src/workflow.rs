@@ -125,32 +125,6 @@ pub fn check_toml_number_literals(text: &str, under: &str) -> Result<(), String>
     refused.map_or(Ok(()), Err)
 }
 
-/// Refuses a number in an already parsed TOML value that no step's inputs could be keyed by: `nan` and `inf` (which
-/// the conversion to JSON would otherwise turn into `null`, hashing some other input "somehow"), and an integer the
-/// canonical JSON parser refuses (one that is neither exactly a double nor that double's canonical spelling). `at`
-/// is the dotted path of `value`; the error names the path of the number.
-///
-/// A parsed value has lost the literal text of its floats (toml reads `9007199254740993.0` as the double `...992`
-/// and `1e-400` as `0.0`), so it cannot hold a float to the canonical rule: prefer
-/// [`check_toml_number_literals`] on the text, which [`Workflow::from_toml`] uses.
-pub fn check_toml_numbers(value: &toml::Value, at: &str) -> Result<(), String> {
-    let join = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
-    match value {
-        toml::Value::Float(f) if !f.is_finite() => {
-            Err(format!("{at} = {f}: not a number JSON can hold, so no step's inputs could be keyed by it"))
-        }
-        toml::Value::Integer(i) if canonical_refusal(&i.to_string()).is_some() => Err(format!(
-            "{at} = {i}: an integer no double holds exactly (the nearest is {}), so its key would be another's",
-            *i as f64
-        )),
-        toml::Value::Array(items) => {
-            items.iter().enumerate().try_for_each(|(n, item)| check_toml_numbers(item, &format!("{at}[{n}]")))
-        }
-        toml::Value::Table(table) => table.iter().try_for_each(|(key, item)| check_toml_numbers(item, &join(key))),
-        _ => Ok(()),
-    }
-}
-
 /// The file format, as written.
 #[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]

@@ -240,9 +240,10 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 /// as TOML requires: the error names the file, the key and its line, then shows toml's own report.
 pub fn parse(text: &str, origin: &str) -> Result<ProfileSpec, String> {
     let spec = parse_toml(text, origin)?;
-    // A workflow's inputs are keyed: a number no key could be derived from is refused here, as in a workflow file.
-    if let Some(workflows) = spec.get("workflows") {
-        engine::workflow::check_toml_numbers(workflows, "workflows").map_err(|e| format!("{origin}: {e}"))?;
+    // A workflow's inputs are keyed: a number no key could be derived from is refused here, as in a workflow file,
+    // judged by its literal text (a parsed float has lost it: `9007199254740993.0` would read as `...992`).
+    if spec.contains_key("workflows") {
+        engine::workflow::check_toml_number_literals(text, "workflows").map_err(|e| format!("{origin}: {e}"))?;
     }
     Ok(spec)
 }

@@ -360,7 +360,11 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
             args.scenario, args.connector
         ));
     }
-    let judged = if crate::catalogue::base_for(&spec).connectors.contains_key(&args.connector) {
+    // (Nor is a wait set on a connector that looks nothing up, which the profile would refuse: `check_connector`
+    // says why the sweep cannot measure it.)
+    let base = crate::catalogue::base_for(&spec);
+    let judged = if base.connectors.contains_key(&args.connector) && sim::workflows::has_lookup(&base, &args.connector)
+    {
         profile_text(&text, &args.connector, args.bounds_ms.first().copied().unwrap_or(0), None)?
     } else {
         text.clone()

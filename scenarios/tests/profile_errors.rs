@@ -233,8 +233,15 @@ fn a_defined_workflow_with_a_number_no_key_holds_is_refused() {
              inputs = {{ email = \"{{{{trigger.email}}}}\", f = {value} }}\n"
         )
     };
-    for (value, says) in [("nan", "workflows.refund.steps[0].inputs.f = NaN"), ("9007199254740993", "no double holds")]
-    {
+    // Judged by the literal, as the canonical JSON parser judges it: a float that is an integer no double holds too
+    // (read as a double, `9007199254740993.0` would key as `...992`), and a float too small for any.
+    let cases = [
+        ("nan", "workflows.refund.steps[0].inputs.f = nan: not a number JSON can hold"),
+        ("9007199254740993", "f = 9007199254740993: number 9007199254740993"),
+        ("9007199254740993.0", "f = 9007199254740993.0: number 9007199254740993.0"),
+        ("1e-400", "f = 1e-400: number 1e-400"),
+    ];
+    for (value, says) in cases {
         let error = error_of(&workflow(value));
         assert!(error.contains("profile.toml") && error.contains(says), "{value}: {error}");
     }

@@ -230,21 +230,20 @@ fn contacts_email_problem(def: &engine::workflow::WorkflowDef, step_id: &str) ->
 /// The template of a run's own email, which every trigger carries.
 const RUN_EMAIL: &str = "{{trigger.email}}";
 
+/// Whether one of `connector`'s actions looks anything up (and so waits out a lag bound).
+pub fn has_lookup(profile: &Profile, connector: &str) -> bool {
+    let prefix = format!("{connector}.");
+    action_infos(profile).iter().any(|(action, info)| action.starts_with(&prefix) && info.lag_bound_ms.is_some())
+}
+
 /// Refuses `lookup_wait_ms` on a connector none of whose actions looks anything up: the knob is the lag bound a
 /// lookup waits out, so there it would change nothing, and a profile that sets it means something it does not get.
 pub fn validate_lookup_waits(profile: &Profile) -> Result<(), String> {
-    let actions = action_infos(profile);
     for (name, connector) in &profile.connectors {
         let Some(ms) = connector.lookup_wait_ms else { continue };
-        let prefix = format!("{name}.");
-        let looks_up = actions.iter().any(|(action, info)| action.starts_with(&prefix) && info.lag_bound_ms.is_some());
-        if !looks_up {
-            let with: Vec<&str> = profile
-                .connectors
-                .keys()
-                .filter(|c| actions.iter().any(|(a, i)| a.starts_with(&format!("{c}.")) && i.lag_bound_ms.is_some()))
-                .map(String::as_str)
-                .collect();
+        if !has_lookup(profile, name) {
+            let with: Vec<&str> =
+                profile.connectors.keys().filter(|c| has_lookup(profile, c)).map(String::as_str).collect();
             return Err(format!(
                 "connectors.{name}.lookup_wait_ms = {ms}: {name} has no lookup action, so the bound a lookup waits out \
                  would change nothing; connectors with one: {}",
