@@ -452,16 +452,20 @@ impl Checker {
         }
     }
 
-    /// Runs still unfinished after the heal phase: I8.
+    /// Runs still unfinished after the heal phase: I8, one violation per run, reported to the trace as any other
+    /// violation is ([`Checker::new_violation`]) with the description the results give as I8's first.
     pub fn finish(&mut self) {
         let stuck = self.unfinished_runs(3);
         let count = self.runs.len() as u64;
         if count > 0 {
             let v = self.violations.entry("I8").or_default();
             v.count += count;
-            v.first.get_or_insert_with(|| {
+            let first = v.first.get_or_insert_with(|| {
                 format!("{count} runs neither finished nor paused after the heal phase (e.g. {})", stuck.join(", "))
             });
+            if self.new_violation.is_none() {
+                self.new_violation = Some(format!("I8: {first}"));
+            }
         }
     }
 

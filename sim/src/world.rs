@@ -1675,7 +1675,9 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     world.world_event("end", &[Field::U64(end_ms - EPOCH_MS)]);
     progress.done.store(true, Ordering::Relaxed);
     for error in world.engine_errors.lock().iter() {
-        monitor.lock().checker.external_violation("I8", format!("engine error: {error}"));
+        let mut state = monitor.lock();
+        state.checker.external_violation("I8", format!("engine error: {error}"));
+        state.note_violation();
     }
     // A run the ledger holds as succeeded or failed meets I8 even while a drive of it is still waiting: on a lease
     // that another worker took and then ended the run under, for one, which it learns only when the lease runs out.
@@ -1693,7 +1695,13 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
             state.note_violation();
         }
     }
-    let stuck = monitor.lock().checker.unfinished_runs(3);
+    // Runs still unfinished break I8: the readable trace marks it (when nothing broke before), then names them.
+    let stuck = {
+        let mut state = monitor.lock();
+        state.checker.finish();
+        state.note_violation();
+        state.checker.unfinished_runs(3)
+    };
     for run_id in stuck {
         let run = world.ledger.get_run(&run_id).ok().flatten();
         let drivers = drivers_of(&run_id);
@@ -1704,8 +1712,7 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
         world.world_event("stuck-run", &[Field::Str(&run_id), Field::Str(&detail)]);
         eprintln!("flowsim: run {run_id} did not finish: {detail}");
     }
-    let mut state = monitor.lock();
-    state.checker.finish();
+    let state = monitor.lock();
     let results = assemble(&world, &state, &api, end_ms);
     let trace_text = state.trace.readable_text();
     drop(state);

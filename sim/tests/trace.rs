@@ -1,0 +1,69 @@
+//! The readable trace (`flowsim run --trace FILE`): what it marks, names and explains. No simulation runs here: the
+//! checker and the trace are driven by hand, as the world drives them.
+
+use engine::event::Event;
+use sim::checker::{ActionInfo, Checker};
+use sim::trace::{Field, Trace};
+use std::collections::BTreeMap;
+
+fn checker() -> Checker {
+    let info = ActionInfo { class: "keyed".into(), lag_bound_ms: None, at_most_once: false };
+    let actions = BTreeMap::from([("api.a".to_string(), info)]);
+    Checker::new(&actions, Default::default(), 2, 1_000)
+}
+
+/// What the world does after each event: a violation the checker found is marked in the trace.
+fn note(checker: &mut Checker, trace: &mut Trace) {
+    if let Some(v) = checker.new_violation.take() {
+        trace.violation(&v);
+    }
+}
+
+/// Runs left unfinished after the heal phase break I8, found only by `Checker::finish`: when nothing broke before,
+/// that is the first violation, marked in the trace as any other is (the events before it kept, a `!!!` line with
+/// the results' description), and the mark changes no hash.
+#[test]
+fn runs_unfinished_at_the_end_are_the_first_violation_when_nothing_broke_before() {
+    let mut checker = checker();
+    let (mut trace, mut hashed_only) = (Trace::new(true), Trace::new(false));
+    for (i, run_id) in ["run-7", "run-3"].into_iter().enumerate() {
+        checker.on_event(0, i as u64, &Event::RunStarted { run_id, workflow: "wf" }, None);
+        for t in [&mut trace, &mut hashed_only] {
+            t.record(i as u64, "run-started", &[Field::U64(0), Field::Str(run_id), Field::Str("wf")]);
+        }
+        note(&mut checker, &mut trace);
+    }
+    checker.finish();
+    note(&mut checker, &mut trace);
+    trace.record(9, "stuck-run", &[Field::Str("run-3"), Field::Str("status running, no reason; drivers: none")]);
+    hashed_only.record(9, "stuck-run", &[Field::Str("run-3"), Field::Str("status running, no reason; drivers: none")]);
+    let i8 = &checker.invariants(false)["I8"];
+    assert_eq!(i8.violations, 2);
+    let first = i8.first_violation.as_deref().expect("I8 is broken");
+    assert_eq!(first, "2 runs neither finished nor paused after the heal phase (e.g. run-3, run-7)");
+    let text = trace.readable_text().expect("kept");
+    assert!(text.starts_with("# the 2 events before the first violation (event #2)"), "{text}");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("# ")).collect();
+    assert!(lines[0].contains("run-started") && lines[1].contains("run-started"), "{text}");
+    assert_eq!(lines[2], format!("!!! first violation: I8: {first}"), "{text}");
+    assert!(lines[3].contains("stuck-run"), "{text}");
+    assert_eq!(trace.hash_hex(), hashed_only.hash_hex(), "the mark is not an event");
+}
+
+/// An earlier violation stays the first: I8 at the end does not move the mark.
+#[test]
+fn an_earlier_violation_stays_the_first() {
+    let mut checker = checker();
+    let mut trace = Trace::new(true);
+    checker.on_event(0, 1, &Event::RunStarted { run_id: "run-1", workflow: "wf" }, None);
+    trace.record(1, "tick", &[]);
+    checker.external_violation("I6", "event evt_1 started 2 runs".into());
+    note(&mut checker, &mut trace);
+    trace.record(2, "tick", &[]);
+    checker.finish();
+    note(&mut checker, &mut trace);
+    let text = trace.readable_text().expect("kept");
+    let marks: Vec<&str> = text.lines().filter(|l| l.starts_with("!!!")).collect();
+    assert_eq!(marks, ["!!! first violation: I6: event evt_1 started 2 runs"], "{text}");
+    assert!(!checker.invariants(false)["I8"].holds);
+}
