@@ -1,5 +1,5 @@
 //! The readable trace of `flowsim run --trace FILE` on real simulations (simulation configuration only:
-//! `cargo sim-test -p scenarios`): what it marks at the end of a simulation.
+//! `cargo sim-test -p scenarios`): what it marks at the end of a simulation, and how it names the drivers of runs.
 #![cfg(madsim)]
 
 use scenarios::run::{RunArgs, execute, prepare};
@@ -42,9 +42,9 @@ fn traced(
 }
 
 /// Paused runs left at a person's desk for longer than the heal phase break I8 and nothing else. The trace marks
-/// that as the first violation, with the results' description, after the events before it, and names the stuck runs
-/// after it. (Set on the resolved profile: a profile file with a person's delay longer than the heal phase is
-/// refused, as no run could pass it.)
+/// that as the first violation, with the results' description, after the events before it; the stuck runs it names
+/// after it read as text, not as Rust's debug form. (Set on the resolved profile: a profile file with a person's
+/// delay longer than the heal phase is refused, as no run could pass it.)
 #[test]
 fn runs_stranded_at_the_end_are_the_first_violation_the_trace_marks() {
     let (results, trace) = traced(PAUSING_PAYOUTS, 1, 2_000, |profile| {
@@ -64,4 +64,32 @@ fn runs_stranded_at_the_end_are_the_first_violation_the_trace_marks() {
     assert!(before.contains(" end ") || before.contains(" run-ended-still-driven "), "marked at the end:\n{trace}");
     let stuck: Vec<&str> = lines[mark..].iter().copied().filter(|l| l.contains(" stuck-run ")).collect();
     assert_eq!(stuck.len(), 3, "{trace}");
+    for line in stuck {
+        assert!(line.contains(" status paused, reason \"") && line.ends_with("\"; drivers: person's desk"), "{line}");
+    }
+    assert!(!trace.contains("Some(") && !trace.contains("[("), "{trace}");
+}
+
+/// The short heal phase of `tests/sweep.rs`: seed 2 has runs that succeeded while a second drive waits out the lease
+/// the first took (`run-ended-still-driven`, which meets I8). Their drivers read as text in the trace; the hash keeps
+/// the text it always had, so these passing runs' trace hashes did not change.
+#[test]
+fn a_run_ended_while_still_driven_names_its_drivers_as_text() {
+    let mut profile = String::from("[world]\nheal_s_max = 100\n[mix]\ncheckout = 1.0\n");
+    for c in ["payments", "contacts", "ledgerly", "email", "payouts"] {
+        profile += &format!(
+            "[connectors.{c}.webhooks]\nredelivery_ms_max = 1000\nreorder_ms_max = 0\nduplicate_spacing_ms = 1000\n"
+        );
+    }
+    profile += "[connectors.ledgerly]\nlag_ms_tail_max = 10000\nlookup_wait_ms = 15000\n";
+    let (results, trace) = traced(&profile, 2, 1_000, |_| {});
+    assert!(results.all_hold(), "{:?}", results.invariants);
+    let ended: Vec<&str> =
+        trace.lines().filter(|l| !l.starts_with("# ") && l.contains(" run-ended-still-driven ")).collect();
+    assert!(!ended.is_empty(), "{trace}");
+    for line in ended {
+        let (_, detail) = line.split_once(" status ").unwrap_or_else(|| panic!("{line}"));
+        assert!(detail.starts_with("succeeded; drivers: worker ") && detail.contains(" (incarnation "), "{line}");
+        assert!(!detail.contains("[("), "{line}");
+    }
 }

@@ -25,6 +25,13 @@ pub enum Field<'a> {
     Str(&'a str),
     U64(u64),
     Bytes(&'a [u8]),
+    /// Text hashed as `hashed` (exactly as `Str(hashed)` is) and shown as `shown` in the readable trace: an event
+    /// whose text was made readable after passing runs had it in their trace hash (`run-ended-still-driven`), so
+    /// their hashes stay what they were.
+    Shown {
+        hashed: &'a str,
+        shown: &'a str,
+    },
 }
 
 /// The hashed (and optionally kept) event log.
@@ -84,6 +91,7 @@ impl Trace {
                 Field::Str(s) => push_bytes(buf, s.as_bytes()),
                 Field::U64(n) => buf.extend_from_slice(&n.to_le_bytes()),
                 Field::Bytes(b) => push_bytes(buf, b),
+                Field::Shown { hashed, .. } => push_bytes(buf, hashed.as_bytes()),
             }
         }
         let len = (buf.len() - start - 8) as u64;
@@ -184,6 +192,10 @@ fn format_event(number: u64, time_ms: u64, tag: &str, fields: &[Field<'_>]) -> S
                 for byte in b.iter().take(8) {
                     line.push_str(&format!("{byte:02x}"));
                 }
+            }
+            Field::Shown { shown, .. } => {
+                line.push(' ');
+                line.push_str(shown);
             }
         }
     }

@@ -1688,9 +1688,13 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     for run_id in unfinished {
         let Some(run) = world.ledger.get_run(&run_id).ok().flatten() else { continue };
         if matches!(run.status, RunStatus::Succeeded | RunStatus::Failed) {
-            let detail = format!("status {} drivers {:?}", run.status.as_str(), drivers_of(&run_id));
+            let drivers = drivers_of(&run_id);
+            // Passing runs have this event, so the hash keeps the text it always had; the trace shows a readable one.
+            let hashed = format!("status {} drivers {drivers:?}", run.status.as_str());
+            let shown = format!("status {}; drivers: {}", run.status.as_str(), world.describe_drivers(&drivers));
             let mut state = monitor.lock();
-            state.trace.record(end_ms, "run-ended-still-driven", &[Field::Str(&run_id), Field::Str(&detail)]);
+            let detail = Field::Shown { hashed: &hashed, shown: &shown };
+            state.trace.record(end_ms, "run-ended-still-driven", &[Field::Str(&run_id), detail]);
             state.checker.run_finished(&run_id, run.status, world.ledger.as_ref());
             state.note_violation();
         }
@@ -1704,10 +1708,13 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     };
     for run_id in stuck {
         let run = world.ledger.get_run(&run_id).ok().flatten();
-        let drivers = drivers_of(&run_id);
+        let drivers = world.describe_drivers(&drivers_of(&run_id));
         let detail = match run {
-            Some(r) => format!("status {} reason {:?} drivers {drivers:?}", r.status.as_str(), r.reason),
-            None => format!("not in the ledger; drivers {drivers:?}"),
+            Some(r) => match &r.reason {
+                Some(reason) => format!("status {}, reason \"{reason}\"; drivers: {drivers}", r.status.as_str()),
+                None => format!("status {}, no reason; drivers: {drivers}", r.status.as_str()),
+            },
+            None => format!("not in the ledger; drivers: {drivers}"),
         };
         world.world_event("stuck-run", &[Field::Str(&run_id), Field::Str(&detail)]);
         eprintln!("flowsim: run {run_id} did not finish: {detail}");
@@ -1717,6 +1724,29 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let trace_text = state.trace.readable_text();
     drop(state);
     Outcome { results, trace_text }
+}
+
+impl Shared {
+    /// A run's drivers as the trace and stderr name them: `worker 3 (incarnation 0)` (`crashed since` when that
+    /// incarnation is dead), `person's desk`, or `none`.
+    fn describe_drivers(&self, drivers: &[Driver]) -> String {
+        if drivers.is_empty() {
+            return "none".to_owned();
+        }
+        let desk = self.person_desk();
+        let incarnations = self.incarnations.lock();
+        let names: Vec<String> = drivers
+            .iter()
+            .map(|&driver| match driver {
+                _ if driver == desk => "person's desk".to_owned(),
+                (worker, incarnation) if live(&incarnations, driver) => {
+                    format!("worker {worker} (incarnation {incarnation})")
+                }
+                (worker, incarnation) => format!("worker {worker} (incarnation {incarnation}, crashed since)"),
+            })
+            .collect();
+        names.join(", ")
+    }
 }
 
 fn assemble(world: &Shared, state: &MonitorState, api: &Engine, end_ms: u64) -> Results {
