@@ -144,6 +144,7 @@ impl Trace {
             )),
             None => out.push_str(&format!("# no violation; the last {} events\n", readable.before.len())),
         }
+        out.push_str(&legend(readable.epoch_ms));
         for line in &readable.before {
             out.push_str(line);
             out.push('\n');
@@ -177,6 +178,65 @@ impl Readable {
         }
     }
 }
+
+/// The readable trace's legend: what its columns are, and each kind of event's fields in order (the tags `world`
+/// records; a test holds the two lists together). Every line starts with `# `, as the trace's headings do.
+fn legend(epoch_ms: u64) -> String {
+    let mut out = String::from(
+        "# legend: #N t=S.mmms TAG FIELDS: the event's number among all the simulation's events (shown here or not),\n\
+         #   the simulated time since the start, the event's kind, and its fields in the order below. W is a worker\n\
+         #   (the one numbered after the last is the front door: the API and the webhook endpoint); a KEY or HASH \
+         shows\n",
+    );
+    out.push_str(&format!(
+        "#   its first 8 bytes in hex; a field ending _AT is the simulated clock in ms, which reads {epoch_ms} at \
+         t=0.\n"
+    ));
+    for (tag, fields) in LEGEND.iter() {
+        out.push_str(&format!("#   {tag:<23} {fields}\n"));
+    }
+    out.push_str(
+        "#   !!! first violation: ID: DESCRIPTION (the invariant it breaks; as the results' first violation)\n",
+    );
+    out
+}
+
+/// Each event kind's tag and fields, in the trace's order: the engine's events, the fakes', the world's.
+const LEGEND: &[(&str, &str)] = &[
+    ("run-started", "W RUN WORKFLOW"),
+    ("webhook-duplicate", "W SOURCE EVENT_ID RUN: a delivery of an event already taken (RUN: the run it started)"),
+    ("webhook-rejected", "W SOURCE EVENT_ID REASON"),
+    ("replayed", "W RUN STEP KEY: the key's stored output returned without a call"),
+    ("plan-recorded", "W RUN STEP KEY WRITES REUSED PLAN_HASH (REUSED: 1 when the plan in force was reused)"),
+    ("call-started", "W RUN STEP KEY SENT_KEY ACTION ATTEMPT (SENT_KEY: the key sent to the API)"),
+    ("call-ended", "W RUN STEP KEY ACTION ATTEMPT OUTCOME"),
+    ("lookup", "W RUN STEP KEY ACTION FOUND (FOUND: 1 when it adopted an earlier create)"),
+    ("step-succeeded", "W RUN STEP KEY ACTION"),
+    ("retry-scheduled", "W RUN STEP KEY ATTEMPT DELAY_MS"),
+    ("run-paused", "W RUN STEP KEY REASON"),
+    ("run-resolved", "W RUN KEY RESOLUTION: the engine applied a person's decision"),
+    ("run-succeeded", "W RUN"),
+    ("run-failed", "W RUN REASON"),
+    ("event", "W TEXT: an engine event of a kind not listed here, as Rust debug text"),
+    ("effect", "RUN ACTION SENT_KEY OBJECT VISIBLE_AT: a write committed at t; reads (lookups) see it from VISIBLE_AT"),
+    ("fake-webhook", "SOURCE EVENT_ID: an event an API emitted"),
+    ("crash-point", "W POINT RUN KEY: W stopped dead at POINT (a worker is then killed; the front door fails)"),
+    ("worker-killed", "W"),
+    ("worker-restarted", "W"),
+    ("worker-stalled", "W STALL_MS"),
+    ("worker-resumed", "W"),
+    ("network-cut", "W UNTIL_AT: W reaches no API until then"),
+    ("webhook-delivery", "EVENT_ID ATTEMPT: a delivery reached the front door"),
+    ("inbox-expired", "ROWS: the webhook inbox forgot ROWS events past their retention"),
+    ("person-resolved", "RUN RESOLUTION: a person decided on a paused run (as flow resolve does)"),
+    ("person-found-not-paused", "RUN STATUS: the person found the run carried on, nothing to decide"),
+    ("engine-error", "MESSAGE"),
+    ("run-finished", "RUN STATUS: the run's last drive ended; its end-of-run checks ran"),
+    ("heal", "(no fields): the faults stop; every run must now end within the heal phase (I8)"),
+    ("end", "MS: the heal phase is over, MS after the start; what follows is the end-of-run accounting"),
+    ("run-ended-still-driven", "RUN DETAIL: succeeded or failed while a drive still waits on a lease (meets I8)"),
+    ("stuck-run", "RUN DETAIL: neither finished nor paused after the heal phase (I8; the first 3 runs)"),
+];
 
 fn format_event(number: u64, time_ms: u64, tag: &str, fields: &[Field<'_>]) -> String {
     let mut line = format!("#{number:<10} t={}.{:03}s {tag:<18}", time_ms / 1000, time_ms % 1000);

@@ -68,6 +68,46 @@ fn an_earlier_violation_stays_the_first() {
     assert!(!checker.invariants(false)["I8"].holds);
 }
 
+/// The legend at the top of the readable trace explains every kind of event the world records: each tag that
+/// `world.rs` passes to `record` or `world_event` has a line of its own, and every line is a heading (`# `), which
+/// `flowsim run` tells from the events (`#N`).
+#[test]
+fn the_legend_explains_every_event_the_world_records() {
+    let world = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/world.rs")).expect("world.rs");
+    let mut tags = Vec::new();
+    for call in ["record(", "world_event("] {
+        for (at, _) in world.match_indices(call) {
+            // The tag is the call's first string literal, within its first three arguments.
+            let rest = &world[at + call.len()..];
+            let head = &rest[..rest.find(['[', ';']).unwrap_or(rest.len())];
+            if let Some(tag) = head.split('"').nth(1) {
+                tags.push(tag.to_owned());
+            }
+        }
+    }
+    tags.sort();
+    tags.dedup();
+    assert!(tags.len() >= 30, "too few tags found, the scan is broken: {tags:?}");
+    let mut trace = Trace::with_options(true, None, 1_767_225_600_000);
+    trace.record(1_767_225_600_250, "tick", &[]);
+    let text = trace.readable_text().expect("kept");
+    let legend: Vec<&str> = text.lines().filter(|l| l.starts_with("#   ")).collect();
+    for tag in &tags {
+        assert!(
+            legend.iter().any(|l| l
+                .strip_prefix("#   ")
+                .and_then(|l| l.strip_prefix(tag.as_str()))
+                .is_some_and(|fields| fields.starts_with(' ') && !fields.trim().is_empty())),
+            "the legend does not explain {tag:?}:\n{text}"
+        );
+    }
+    assert!(text.contains("# legend: #N t=S.mmms TAG FIELDS"), "{text}");
+    assert!(text.contains("reads 1767225600000 at t=0"), "{text}");
+    assert!(legend.iter().any(|l| l.contains("effect") && l.contains("VISIBLE_AT")), "{text}");
+    let events: Vec<&str> = text.lines().filter(|l| !l.starts_with("# ")).collect();
+    assert!(events.len() == 1 && events[0].starts_with("#1 ") && events[0].contains(" t=0.250s tick"), "{text}");
+}
+
 /// A field can be hashed as one text and shown as another (an event whose text was made readable after passing runs
 /// had the old one in their trace hash).
 #[test]
