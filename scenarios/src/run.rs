@@ -361,7 +361,7 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
         bar.finish();
     }
     let wall_seconds = started.elapsed().as_secs_f64();
-    let trace = shards_trace(&mut outcomes, args);
+    let trace = shards_trace(&mut outcomes, args, &repro);
     let mut results = Results::merge_all(outcomes.iter().map(|o| &o.results)).expect("at least one shard");
     results.seed = args.seed;
     results.repro = repro;
@@ -376,12 +376,17 @@ pub fn execute(args: &RunArgs, prepared: &Prepared, show_progress: bool) -> (Res
 /// Every shard numbers its runs from `run-0`, so with more than one shard a run id alone is ambiguous: a violation's
 /// description is prefixed with its shard, and the trace is the one of the first shard that broke an invariant (the
 /// events around its first violation), or shard 0's when none did. With `--trace-run`, every shard's events of that
-/// run id are kept, each under its shard's heading.
+/// run id are kept, each under its shard's heading. A first violation that names a run is followed by the command
+/// that traces that run ([`trace_run_hint`]); `repro` is the run's repro command.
 #[cfg(madsim)]
-fn shards_trace(outcomes: &mut [sim::world::Outcome], args: &RunArgs) -> Option<String> {
+fn shards_trace(outcomes: &mut [sim::world::Outcome], args: &RunArgs, repro: &str) -> Option<String> {
     let jobs = outcomes.len();
+    let hint = |outcome: &sim::world::Outcome, shard: Option<usize>| match (&outcome.first_violation_run, &args.trace) {
+        (Some(run), Some(file)) if args.trace_run.is_none() => trace_run_hint(run, shard, repro, file),
+        _ => String::new(),
+    };
     if jobs <= 1 {
-        return outcomes.first().and_then(|o| o.trace_text.clone());
+        return outcomes.first().and_then(|o| o.trace_text.as_ref().map(|text| hint(o, None) + text));
     }
     for (i, outcome) in outcomes.iter_mut().enumerate() {
         for invariant in outcome.results.invariants.values_mut() {
@@ -400,7 +405,38 @@ fn shards_trace(outcomes: &mut [sim::world::Outcome], args: &RunArgs) -> Option<
         return (!texts.is_empty()).then(|| texts.concat());
     }
     let shard = outcomes.iter().position(|o| !o.results.all_hold()).unwrap_or(0);
-    outcomes[shard].trace_text.as_ref().map(|text| heading(shard) + text)
+    let outcome = &outcomes[shard];
+    outcome.trace_text.as_ref().map(|text| heading(shard) + &hint(outcome, Some(shard)) + text)
+}
+
+/// The readable trace's first lines when its first violation names `run`: the trace keeps only the events just
+/// before the violation, which may start after the run's first ones (an I1's first effect, long before its second),
+/// and `--trace-run` gives every event of the run from its start. The command is the run's repro command `repro` with
+/// `--trace-run RUN --trace FILE` ([`trace_run_file`]: beside the trace at hand, not over it). With shards, the
+/// command's trace holds the run id of every shard, and the violation's is `shard`'s.
+pub fn trace_run_hint(run: &str, shard: Option<usize>, repro: &str, trace: &std::path::Path) -> String {
+    let file = trace_run_file(trace, run);
+    let command = format!("{repro} {}", crate::shell::join(["--trace-run", run, "--trace", &file]));
+    let whose = shard.map_or(String::new(), |i| format!(" (under shard {i}'s heading, whose run it is)"));
+    format!(
+        "# the first violation names run {run}, and the events below may start after its first ones: every event \
+         of that run,\n# from its start, is in the trace this command writes{whose}:\n#   {command}\n"
+    )
+}
+
+/// Where the `--trace-run` command of [`trace_run_hint`] writes: beside `trace`, the run id before its extension
+/// (`t.txt` gives `t.run-53.txt`), so the trace at hand is not written over; a device or stream that exists and is no
+/// file (`/dev/stdout`) is named as it is.
+pub fn trace_run_file(trace: &std::path::Path, run: &str) -> String {
+    if trace.exists() && !trace.is_file() {
+        return trace.to_string_lossy().into_owned();
+    }
+    let stem = trace.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let name = match trace.extension() {
+        Some(extension) => format!("{stem}.{run}.{}", extension.to_string_lossy()),
+        None => format!("{stem}.{run}"),
+    };
+    trace.with_file_name(name).to_string_lossy().into_owned()
 }
 
 /// A progress bar with steps/s and ETA, fed from the shards' counters by a thread outside the simulation.

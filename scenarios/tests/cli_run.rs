@@ -260,3 +260,36 @@ fn results_to_dev_stdout_append_to_a_redirected_log() {
     assert!(text.starts_with("EARLIER\n"), "{text}");
     assert!(text.contains("\"trace_hash\"") && text.contains("every invariant held"), "{text}");
 }
+
+/// The canary's first I1 violation names a run whose first effect is long before the window of events the trace
+/// keeps: the trace says so at its top, with the command that traces that run from its start (the repro line with
+/// `--trace-run RUN --trace FILE`, FILE beside the trace, not over it). Run as given, it writes that run's events.
+#[test]
+fn the_trace_gives_the_command_that_traces_the_run_its_first_violation_names() {
+    let dir = temp_dir("trace-run-hint");
+    let trace = dir.join("t.txt");
+    let out = flowsim(&["run", "--scenario", "canary", "--seed", "7", "--steps", "1500", "--trace", path_str(&trace)]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    let i1 = &out.stdout[out.stdout.find("I1 (").expect("I1 is violated")..];
+    let run = i1.split("first: run ").nth(1).and_then(|r| r.split(' ').next()).expect("I1 names a run").to_owned();
+    let text = std::fs::read_to_string(&trace).expect("the trace is written");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with(&format!("# the first violation names run {run}, ")), "{text}");
+    let command = lines[2].strip_prefix("#   ").unwrap_or_else(|| panic!("no command in:\n{text}"));
+    let file = dir.join(format!("t.{run}.txt"));
+    assert_eq!(command, format!("{} --trace-run {run} --trace {}", repro_line(&out.stdout), path_str(&file)));
+    assert!(text.contains("# legend: "), "{text}");
+    let window: Vec<&str> = text.lines().filter(|l| l.starts_with('#') && !l.starts_with("# ")).collect();
+    let words = shell_words(command);
+    let args: Vec<&str> = words[2..].iter().map(String::as_str).collect();
+    let again = flowsim(&args);
+    assert_eq!(again.code, 1, "{}{}", again.stdout, again.stderr);
+    assert_eq!(std::fs::read_to_string(&trace).expect("still there"), text, "the trace at hand was written over");
+    let traced = std::fs::read_to_string(&file).expect("the run's trace is written");
+    let first = traced.lines().find(|l| !l.starts_with("# ")).expect("an event");
+    assert!(first.contains(" run-started ") && first.ends_with(&format!(" {run} canary")), "{traced}");
+    // Every event of the window that names the run is in the run's trace, which starts before the window.
+    let of_run: Vec<&&str> = window.iter().filter(|l| l.split(' ').any(|w| w == run)).collect();
+    assert!(!of_run.is_empty() && of_run.iter().all(|l| traced.lines().any(|t| t == **l)), "{text}\n{traced}");
+    assert!(!traced.contains("# the first violation names"), "no hint in a trace of one run:\n{traced}");
+}

@@ -53,6 +53,8 @@ struct Readable {
     before: VecDeque<String>,
     after: Vec<String>,
     violation_at: Option<u64>,
+    /// The first violation's description (`ID: ...`), as marked.
+    violation: Option<String>,
 }
 
 impl Trace {
@@ -73,6 +75,7 @@ impl Trace {
                 before: VecDeque::with_capacity(TRACE_BEFORE_MAX),
                 after: Vec::new(),
                 violation_at: None,
+                violation: None,
             }),
         }
     }
@@ -113,7 +116,14 @@ impl Trace {
         {
             readable.violation_at = Some(self.events);
             readable.after.push(format!("!!! first violation: {description}"));
+            readable.violation = Some(description.to_owned());
         }
+    }
+
+    /// The run the first violation marked in the readable trace names ([`run_named`]), if any: the run whose every
+    /// event `--trace-run` shows, from before the window of events this trace keeps.
+    pub fn first_violation_run(&self) -> Option<&str> {
+        self.readable.as_ref()?.violation.as_deref().and_then(run_named)
     }
 
     pub fn event_count(&self) -> u64 {
@@ -237,6 +247,20 @@ const LEGEND: &[(&str, &str)] = &[
     ("run-ended-still-driven", "RUN DETAIL: succeeded or failed while a drive still waits on a lease (meets I8)"),
     ("stuck-run", "RUN DETAIL: neither finished nor paused after the heal phase (I8; the first 3 runs)"),
 ];
+
+/// The run a violation's description names: the id after the word `run` (`run run-53 step ...`, `... started run
+/// wh-1f...`), else the first of an I8's examples (`... (e.g. run-1, run-2)`); `None` when it names none.
+pub fn run_named(description: &str) -> Option<&str> {
+    fn id(rest: &str) -> Option<&str> {
+        let end = rest.find(|c: char| c.is_whitespace() || matches!(c, ':' | ',' | ')')).unwrap_or(rest.len());
+        Some(&rest[..end]).filter(|id| !id.is_empty())
+    }
+    let after_word = description
+        .match_indices("run ")
+        .find(|(at, _)| *at == 0 || description[..*at].ends_with(' '))
+        .and_then(|(at, word)| id(&description[at + word.len()..]));
+    after_word.or_else(|| description.split_once("(e.g. ").and_then(|(_, rest)| id(rest)))
+}
 
 fn format_event(number: u64, time_ms: u64, tag: &str, fields: &[Field<'_>]) -> String {
     let mut line = format!("#{number:<10} t={}.{:03}s {tag:<18}", time_ms / 1000, time_ms % 1000);

@@ -77,6 +77,8 @@ pub use crate::Progress;
 pub struct Outcome {
     pub results: Results,
     pub trace_text: Option<String>,
+    /// The run the readable trace's first violation names (`Trace::first_violation_run`).
+    pub first_violation_run: Option<String>,
 }
 
 // ------------------------------------------------------------------------------------------------------------------
@@ -1722,8 +1724,9 @@ async fn run_world(config: WorldConfig, progress: Arc<Progress>) -> Outcome {
     let state = monitor.lock();
     let results = assemble(&world, &state, &api, end_ms);
     let trace_text = state.trace.readable_text();
+    let first_violation_run = state.trace.first_violation_run().map(str::to_owned);
     drop(state);
-    Outcome { results, trace_text }
+    Outcome { results, trace_text, first_violation_run }
 }
 
 impl Shared {

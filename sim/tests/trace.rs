@@ -3,7 +3,7 @@
 
 use engine::event::Event;
 use sim::checker::{ActionInfo, Checker};
-use sim::trace::{Field, Trace};
+use sim::trace::{Field, Trace, run_named};
 use std::collections::BTreeMap;
 
 fn checker() -> Checker {
@@ -47,6 +47,7 @@ fn runs_unfinished_at_the_end_are_the_first_violation_when_nothing_broke_before(
     assert!(lines[0].contains("run-started") && lines[1].contains("run-started"), "{text}");
     assert_eq!(lines[2], format!("!!! first violation: I8: {first}"), "{text}");
     assert!(lines[3].contains("stuck-run"), "{text}");
+    assert_eq!(trace.first_violation_run(), Some("run-3"), "the first of its examples");
     assert_eq!(trace.hash_hex(), hashed_only.hash_hex(), "the mark is not an event");
 }
 
@@ -106,6 +107,29 @@ fn the_legend_explains_every_event_the_world_records() {
     assert!(legend.iter().any(|l| l.contains("effect") && l.contains("VISIBLE_AT")), "{text}");
     let events: Vec<&str> = text.lines().filter(|l| !l.starts_with("# ")).collect();
     assert!(events.len() == 1 && events[0].starts_with("#1 ") && events[0].contains(" t=0.250s tick"), "{text}");
+}
+
+#[test]
+fn a_violation_names_its_run() {
+    let cases = [
+        ("I1: run run-53 step canary: key 75 of canary.create (canary) has 2 effects", Some("run-53")),
+        ("I3: run wh-1f2e: an effect committed after the run finished", Some("wh-1f2e")),
+        ("I6: forged delivery evt_4_forged started run wh-9a", Some("wh-9a")),
+        ("I8: 1 runs neither finished nor paused after the heal phase (e.g. run-12)", Some("run-12")),
+        ("I8: engine error: drive run-5: the ledger is gone", None),
+        ("I6: event evt_1 started 2 runs", None),
+    ];
+    for (description, run) in cases {
+        assert_eq!(run_named(description), run, "{description}");
+    }
+    let mut trace = Trace::new(true);
+    assert_eq!(trace.first_violation_run(), None);
+    trace.violation(cases[0].0);
+    trace.violation(cases[1].0);
+    assert_eq!(trace.first_violation_run(), Some("run-53"), "the first violation's");
+    let mut filtered = Trace::with_options(true, Some("run-53".into()), 0);
+    filtered.violation(cases[0].0);
+    assert_eq!(filtered.first_violation_run(), None, "a trace of one run marks no violation");
 }
 
 /// A field can be hashed as one text and shown as another (an event whose text was made readable after passing runs
