@@ -317,6 +317,17 @@ pub fn summary(results: &Results) -> String {
         out.push_str(&format!(" {id} {mark}"));
     }
     out.push('\n');
+    // Failing is a run's right end when its writes definitely did not apply (I8 holds), so this is no violation; but
+    // a profile whose runs mostly fail exercises little, and is most often a workflow the fakes refuse (a missing
+    // input, a lease shorter than the calls).
+    if results.failed_runs * 2 > results.runs {
+        out.push_str(&format!(
+            "  note: {} of {} runs failed, so this simulation exercised little of what the invariants check; a \
+             workflow whose calls the fakes refuse (a missing input) or a lease shorter than its calls does this \
+             (`--trace-run RUN` shows one run's events)\n",
+            results.failed_runs, results.runs
+        ));
+    }
     out
 }
 
@@ -471,6 +482,18 @@ fn progress_bar(steps: u64, progress: Vec<Arc<sim::Progress>>) -> indicatif::Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A simulation whose runs mostly failed held every invariant, yet exercised little: the summary says so, and
+    /// says nothing when at most half failed.
+    #[test]
+    fn the_summary_notes_a_simulation_whose_runs_mostly_failed() {
+        let note = "note: 500 of 500 runs failed, so this simulation exercised little";
+        let results = |failed| Results { runs: 500, failed_runs: failed, ..Results::default() };
+        assert!(summary(&results(500)).contains(note), "{}", summary(&results(500)));
+        assert!(summary(&results(251)).contains("note: 251 of 500 runs failed"));
+        assert!(!summary(&results(250)).contains("note:"));
+        assert!(!summary(&results(0)).contains("note:"));
+    }
 
     #[test]
     fn cpu_time_counts_the_work_done() {
