@@ -82,7 +82,9 @@ pub struct EngineConfig {
     /// The seed of the retry jitter (the engine draws no other randomness).
     pub seed: u64,
     /// How long a claim holds a key. Must exceed the longest connector call: a lease that expires mid-call lets
-    /// another worker treat the attempt as crashed.
+    /// another worker treat the attempt as crashed. A call is sent only while half the lease is left after the claim,
+    /// whose commit comes first (for an at-most-once or lookup action on a file ledger, an fsync by default): keep
+    /// that commit well inside half the lease.
     pub lease_ms: u64,
     pub retry: RetryPolicy,
     /// The bound on decisions (attempts, waits, backoffs, claim conflicts) for one key in one drive; past it the

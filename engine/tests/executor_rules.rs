@@ -795,11 +795,11 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
     ]});
     {
         let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 2);
-        let first = engine(config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        let first = engine(disk_config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
         first.create_run("wf", "r1", &engine::doc!({"amount": 3})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
     }
-    let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    let second = engine(disk_config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
     assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
     assert_eq!(connector.calls().len(), 2, "the payout was not resent after the crash");
     {

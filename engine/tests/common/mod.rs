@@ -338,6 +338,14 @@ pub fn config(worker: &str) -> EngineConfig {
     config
 }
 
+/// [`config`] for an engine on a ledger file: a lease of a second. A worker sends only while half its lease is left
+/// after its claim, and the claim of an at-most-once or lookup action is committed first, which on a file is an
+/// fsync (`synchronous=FULL`, the default): on a loaded machine that can take longer than half of 40 ms, and the
+/// call would not be sent.
+pub fn disk_config(worker: &str) -> EngineConfig {
+    EngineConfig { lease_ms: 1_000, ..config(worker) }
+}
+
 /// An engine over `ledger` with the connectors, planners and workflows given (workflows as JSON text).
 pub fn engine(
     config: EngineConfig,
