@@ -10,7 +10,8 @@
 //! finds malformed (`SQLITE_CORRUPT`), when the file is opened or at any later read, is [`Error::Damaged`]. Nothing is
 //! ever recreated over either. [`SqliteLedger::open`] reads the version and the tables before it changes anything
 //! (the switch to WAL rewrites the header), so a refused file, another program's database at a mistyped path, is
-//! left byte for byte; an empty file becomes a new ledger. SQLite's `random()` is never used: every value stored comes from the caller.
+//! left byte for byte; an empty file becomes a new ledger. SQLite's `random()` is never used: every value stored
+//! comes from the caller.
 //!
 //! # Settings
 //! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=FULL` by default
