@@ -702,3 +702,26 @@ fn a_worker_in_a_directory_it_may_not_write_is_refused_naming_it() {
         assert_eq!(wrote, "wrote", "{}: in a directory this user may write", dir.display());
     }
 }
+
+/// A worker asked to create a new ledger in a directory it may not write is refused naming the directory and why
+/// (SQLite said only "unable to open database file"), and nothing is created; given the right, it creates it.
+#[test]
+fn a_new_ledger_in_a_directory_this_user_may_not_write_is_refused_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    set_mode(root.path(), 0o755);
+    if !restricted_can_reach(root.path()) {
+        return;
+    }
+    let dir = root.path().join("read-only");
+    std::fs::create_dir(&dir).unwrap();
+    set_mode(&dir, 0o555);
+    let path = dir.join("new.db");
+    let refused = ledger_api(As::Restricted, &path, false);
+    let expected = format!("refused: ledger storage error: {}: this user may not create files", dir.display());
+    assert!(refused.starts_with(&expected), "{refused}");
+    assert!(refused.contains("new.db"), "{refused}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "a refused worker created a file");
+    set_mode(&dir, 0o777);
+    let created = ledger_api(As::Restricted, &path, false);
+    assert!(!created.starts_with("refused") && path.exists(), "{created}");
+}

@@ -674,6 +674,20 @@ mod sqlite_file_only {
         SqliteLedger::open(path, Options::default())
     }
 
+    /// A new ledger whose directory is not there is refused naming the directory (SQLite says only "unable to open
+    /// database file"), and no directory is made.
+    #[test]
+    fn a_new_ledger_in_a_missing_directory_names_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-dir");
+        let Err(Error::Storage(message)) = open(&missing.join("flow.db")) else {
+            panic!("a ledger opened in a directory that does not exist")
+        };
+        let expected = format!("cannot create: its directory {} does not exist", missing.display());
+        assert!(message.contains(&expected), "{message}");
+        assert!(!missing.exists());
+    }
+
     #[test]
     fn garbage_bytes_are_corrupt_and_left_alone() {
         let dir = tempfile::tempdir().unwrap();

@@ -535,6 +535,26 @@ fn resolved(path: &Path) -> std::path::PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Why SQLite could not create the ledger file `path` (`e`, which says only "unable to open database file"): its
+/// directory is not there, or this user may not create files in it (asked of the kernel, [`may_access`], which judges
+/// root, access lists and read-only mounts as creating the file would), said as [`check_writable`] says it of an
+/// existing ledger's directory; SQLite's words alone if neither.
+fn cannot_create(path: &Path, e: &rusqlite::Error) -> String {
+    let dir = directory_of(path);
+    match may_access(dir, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK) {
+        Err(why) if why.kind() == std::io::ErrorKind::NotFound => {
+            format!("{}: cannot create: its directory {} does not exist (SQLite: {e})", path.display(), dir.display())
+        }
+        Err(why) => format!(
+            "{}: this user may not create files in this directory ({why}), and to create the ledger {} SQLite must \
+             create it here, with its write-ahead log and its index beside it (SQLite: {e})",
+            dir.display(),
+            path.display()
+        ),
+        Ok(()) => format!("{}: cannot create: {e}", path.display()),
+    }
+}
+
 /// The directory that holds `file`.
 fn directory_of(file: &Path) -> &Path {
     match file.parent() {
@@ -756,13 +776,8 @@ impl SqliteLedger {
         // leaves files behind that lock the file's owner out.
         check_writable(path, &options).map_err(Error::Storage)?;
         let existed = path.exists();
-        let conn = Connection::open(path).map_err(|e| {
-            if existed {
-                read_error(path, e)
-            } else {
-                Error::Storage(format!("{}: cannot create: {e}", path.display()))
-            }
-        })?;
+        let conn = Connection::open(path)
+            .map_err(|e| if existed { read_error(path, e) } else { Error::Storage(cannot_create(path, &e)) })?;
         let read_err = |e| read_error(path, e);
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
         if options.exclusive {
