@@ -968,10 +968,14 @@ fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
     });
     match outcome {
         Outcome::Held { cases, simulations, steps, repeats } => {
-            outln!(
-                "flowsim search: every invariant held in {cases} cases ({simulations} simulations, {steps} steps{})",
-                repeats_note(repeats)
-            );
+            let ran = format!(" ({simulations} simulations, {steps} steps{})", repeats_note(repeats));
+            if args.canary {
+                // The canary has a known duplicate bug: a canary search that finds nothing cannot see it, as `flowsim
+                // check` fails a canary that passes.
+                outln!("flowsim search: FAILED: {}", canary_held(cases, &ran));
+                return 1;
+            }
+            outln!("flowsim search: every invariant held in {}{ran}", cases_text(cases));
             0
         }
         Outcome::Failed { case, reason, simulations, steps, repeats } => {
@@ -984,6 +988,21 @@ fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
             1
         }
     }
+}
+
+/// Why a canary search in which every case held failed (`ran` says what it ran, after the cases): the canary is a
+/// connector with a known duplicate bug, so a search that finds nothing is blind to it.
+pub fn canary_held(cases: u32, ran: &str) -> String {
+    format!(
+        "the canary search found no failure in {}{ran}: the search is blind to the canary's duplicates; give more \
+         --cases",
+        cases_text(cases)
+    )
+}
+
+/// `1 case`, `2 cases`.
+fn cases_text(cases: u32) -> String {
+    if cases == 1 { "1 case".to_owned() } else { format!("{cases} cases") }
 }
 
 /// How many cases the search met again (empty when none): each was answered from its first simulation.
@@ -1191,6 +1210,18 @@ mod tests {
         let shown = files[0].canonicalize().expect("exists");
         assert!(text.contains(&format!("written to {}", shown.display())), "{text}");
         assert!(text.contains("a reason"), "{text}");
+    }
+
+    /// A canary search in which every case held says it failed, and why, as `flowsim check` fails a canary that
+    /// passes.
+    #[test]
+    fn a_canary_search_that_finds_nothing_is_blind() {
+        assert_eq!(
+            canary_held(1, ""),
+            "the canary search found no failure in 1 case: the search is blind to the canary's duplicates; give more \
+             --cases"
+        );
+        assert!(canary_held(64, " (70 simulations)").contains("no failure in 64 cases (70 simulations): the search"));
     }
 
     /// The regression file only writes outside CI; it loads the committed seeds either way.

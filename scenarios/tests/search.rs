@@ -164,20 +164,7 @@ fn tempfile_dir() -> std::path::PathBuf {
 #[test]
 fn the_cli_outside_a_workspace_uses_the_current_directory() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let run = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
-            .args(["search", "--cases", "1"])
-            .args(extra)
-            .current_dir(dir.path())
-            .env_remove("CI")
-            .output()
-            .expect("flowsim runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |extra: &[&str]| flowsim_search(dir.path(), &[&["--cases", "1"], extra].concat(), &[]);
     let (code, stdout, stderr) = run(&[]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let first = stdout.lines().next().expect("a first line");
@@ -237,4 +224,42 @@ fn the_failures_found_so_far_hold_as_pinned_cases() {
     for (name, case) in cases {
         assert_eq!(search::check(&case), Ok(()), "{name}: {}", search::one_line(&case));
     }
+}
+
+/// `flowsim search ARGS` run in `dir` (with no `CI`, and the search's variables only as `env` sets them): its exit
+/// code, standard output and standard error.
+fn flowsim_search(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .arg("search")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CI")
+        .env_remove(search::CASES_ENV)
+        .env_remove(search::SEED_ENV)
+        .envs(env.iter().copied())
+        .output()
+        .expect("flowsim runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A canary search must fail: the canary is a connector with a known duplicate bug, so one in which every case held
+/// is blind to it and exits 1 saying so (as `flowsim check` fails a canary that passes), never "every invariant held".
+/// One case at search seed 0 finds no duplicate.
+#[test]
+fn a_canary_search_that_finds_nothing_fails() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (code, stdout, stderr) = flowsim_search(dir.path(), &["--canary", "--cases", "1"], &[]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let last = stdout.lines().last().expect("a last line");
+    assert!(last.starts_with("flowsim search: FAILED: the canary search found no failure in 1 case ("), "{stdout}");
+    assert!(last.ends_with("): the search is blind to the canary's duplicates; give more --cases"), "{stdout}");
+    assert!(!stdout.contains("every invariant held"), "{stdout}");
+    // Without the canary, a search in which every case held passes.
+    let (code, stdout, stderr) = flowsim_search(dir.path(), &["--cases", "1"], &[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("flowsim search: every invariant held in 1 case ("), "{stdout}");
 }
