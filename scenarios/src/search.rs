@@ -630,10 +630,15 @@ pub fn test_rng(seed: u64) -> proptest::test_runner::TestRng {
     proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes)
 }
 
-/// The number of cases from [`CASES_ENV`], or `default`. A value that is not a number is an error naming it.
+/// The number of cases from [`CASES_ENV`], or `default`. A value that is not a number, or is 0, is an error naming
+/// the variable (not `--cases`, which it stands in for).
 pub fn cases_from_env(default: u32) -> Result<u32, String> {
     match std::env::var(CASES_ENV) {
-        Ok(v) => v.trim().parse().map_err(|_| format!("{CASES_ENV}={v:?} is not a number of cases")),
+        Ok(v) => match v.trim().parse() {
+            Ok(0) => Err(format!("{CASES_ENV}={v:?}: the number of cases must be at least 1")),
+            Ok(cases) => Ok(cases),
+            Err(_) => Err(format!("{CASES_ENV}={v:?} is not a number of cases")),
+        },
         Err(_) => Ok(default),
     }
 }
@@ -895,7 +900,13 @@ pub fn gen_summary(workflows: &[GenWorkflow]) -> String {
 /// `flowsim search`: exit 0 when every case held, 1 on a failure (shrunk, written, printed), 2 on bad input.
 /// Failing cases go to `out`, else to the default of [`Places`] for the current directory.
 pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>, out: Option<PathBuf>) -> i32 {
-    let cases = match cases.map_or_else(|| cases_from_env(CASES_DEFAULT), Ok) {
+    // The variable stands in for `--cases` when that is not given; an error names whichever set the value.
+    let cases = match cases {
+        Some(0) => Err("--cases must be at least 1".to_owned()),
+        Some(cases) => Ok(cases),
+        None => cases_from_env(CASES_DEFAULT),
+    };
+    let cases = match cases {
         Ok(c) => c,
         Err(e) => {
             errln!("flowsim search: {e}");
@@ -909,10 +920,6 @@ pub fn main(cases: Option<u32>, canary: bool, seed: Option<u64>, out: Option<Pat
             return 2;
         }
     };
-    if cases == 0 {
-        errln!("flowsim search: --cases must be at least 1");
-        return 2;
-    }
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
         Err(e) => {

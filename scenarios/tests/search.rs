@@ -263,3 +263,22 @@ fn a_canary_search_that_finds_nothing_fails() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.contains("flowsim search: every invariant held in 1 case ("), "{stdout}");
 }
+
+/// A number of cases of 0 is refused, naming where it came from: `--cases`, or `FLOWSIM_SEARCH_CASES` when the flag
+/// was not given (a QA report: the variable's 0 was blamed on `--cases`, which had not been typed).
+#[test]
+fn zero_cases_are_refused_naming_where_the_number_came_from() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (code, stdout, stderr) = flowsim_search(dir.path(), &[], &[(search::CASES_ENV, "0")]);
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_eq!(stderr, "flowsim search: FLOWSIM_SEARCH_CASES=\"0\": the number of cases must be at least 1\n");
+    assert!(stdout.is_empty(), "{stdout}");
+    for env in [&[][..], &[(search::CASES_ENV, "0")], &[(search::CASES_ENV, "5")]] {
+        let (code, stdout, stderr) = flowsim_search(dir.path(), &["--cases", "0"], env);
+        assert_eq!(code, Some(2), "{stdout}{stderr}");
+        assert_eq!(stderr, "flowsim search: --cases must be at least 1\n", "{env:?}");
+    }
+    let (code, _, stderr) = flowsim_search(dir.path(), &[], &[(search::CASES_ENV, "many")]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("FLOWSIM_SEARCH_CASES=\"many\" is not a number of cases"), "{stderr}");
+}
