@@ -7,7 +7,8 @@
 //! Every knob the swarm would otherwise draw from the seed (`sim::profile::KNOB_RANGES`) is written explicitly into
 //! the spec (zero unless the case sets it), so a case means exactly what it says and shrinking a fault away really
 //! turns it off. A failure is written as a profile file and printed as the `cargo flowsim run` command that replays
-//! it; the failing proptest seed is saved in `scenarios/proptest-regressions/` (never when `CI` is set).
+//! it, with the trace hash of its simulation (in the file too), which the replay prints again; the failing proptest
+//! seed is saved in `scenarios/proptest-regressions/` (never when `CI` is set).
 //!
 //! Where the CLI reads and writes ([`Places`]): the workspace is the current directory or its nearest ancestor holding
 //! the Flow workspace (`Cargo.toml` and `scenarios/Cargo.toml`), as found at run time, never the build machine's
@@ -335,8 +336,15 @@ impl Case {
         spec
     }
 
-    /// The profile file that replays the case (`steps` included), with a header saying what it sets.
+    /// The profile file that replays the case (`steps` included), with a header saying what it sets. It is the case's
+    /// identity: two cases with one text are one case (see `Verdicts`).
     pub fn file_text(&self) -> String {
+        self.file_text_traced(None)
+    }
+
+    /// [`Case::file_text`] with, when given, a comment line holding the trace hash of the case's simulation, which
+    /// `flowsim run --scenario FILE --seed S --steps N` of the file prints again (its summary's `trace hash`).
+    pub fn file_text_traced(&self, trace_hash: Option<&str>) -> String {
         let mut summary = Vec::new();
         for (connector, set) in &self.connector_faults {
             for (index, level) in set {
@@ -355,11 +363,19 @@ impl Case {
         } else {
             format!(" Generated workflows: {}.", gen_summary(&self.workflows))
         };
+        let traced = match trace_hash {
+            Some(hash) => format!(
+                "# Trace hash of its simulation: {hash}; `flowsim run --scenario THIS-FILE --seed {} --steps {}` \
+                 reproduces it.\n",
+                self.seed, self.steps
+            ),
+            None => String::new(),
+        };
         let mut spec = self.spec();
         spec.insert("steps".into(), toml::Value::Integer(i64::try_from(self.steps).expect("steps fit in i64")));
         format!(
             "# A case found by `flowsim search` (seed {}). Faults set: {}.{generated}\n\
-             # Every other fault knob is written as 0 so that no knob is drawn from the seed.\n{}",
+             # Every other fault knob is written as 0 so that no knob is drawn from the seed.\n{traced}{}",
             self.seed,
             summary.join(", "),
             toml::to_string(&spec).expect("a spec serialises")
@@ -374,13 +390,13 @@ impl Case {
         Ok(Prepared { name: "search".into(), expect: Expect::ResidualOnly, profile, steps: self.steps })
     }
 
-    /// Writes [`Case::file_text`] under `dir` as `case-HASH.toml`; returns its path.
-    pub fn write(&self, dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-        let text = self.file_text();
-        let hash = blake3::hash(text.as_bytes()).to_hex();
+    /// Writes [`Case::file_text_traced`] under `dir` as `case-HASH.toml`, HASH naming the case (its
+    /// [`Case::file_text`]); returns its path.
+    pub fn write(&self, dir: &std::path::Path, trace_hash: Option<&str>) -> std::io::Result<std::path::PathBuf> {
+        let hash = blake3::hash(self.file_text().as_bytes()).to_hex();
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("case-{}.toml", &hash.as_str()[..12]));
-        std::fs::write(&path, text)?;
+        std::fs::write(&path, self.file_text_traced(trace_hash))?;
         Ok(path)
     }
 
@@ -672,21 +688,23 @@ pub fn check(case: &Case) -> Result<(), String> {
 pub enum Outcome {
     /// Every case held.
     Held { cases: u32, simulations: u64, steps: u64, repeats: u64 },
-    /// A failure, shrunk: the minimal case, why it failed, how many simulations (and steps) the search ran in all, and
-    /// how many cases it met again and answered from the first simulation of each.
-    Failed { case: Case, reason: String, simulations: u64, steps: u64, repeats: u64 },
+    /// A failure, shrunk: the minimal case, why it failed, the trace hash of its simulation (none when it did not
+    /// resolve, so never ran), how many simulations (and steps) the search ran in all, and how many cases it met
+    /// again and answered from the first simulation of each.
+    Failed { case: Case, reason: String, trace_hash: Option<String>, simulations: u64, steps: u64, repeats: u64 },
     /// proptest gave up (it should not: cases are never rejected).
     Aborted(String),
 }
 
-/// A case's verdict, by the text of its file: a case is its file ([`Case::file_text`] holds every knob, the seed and
-/// the steps), and a simulation is deterministic, so a case met again (proptest's shrinking tries a value it cannot
-/// make simpler more than once, and `minimise` may meet a case proptest tried) has the verdict of its first
-/// simulation, and is not simulated again.
+/// A case's verdict and its simulation's trace hash, by the text of its file: a case is its file ([`Case::file_text`]
+/// holds every knob, the seed and the steps), and a simulation is deterministic, so a case met again (proptest's
+/// shrinking tries a value it cannot make simpler more than once, and `minimise` may meet a case proptest tried) has
+/// the verdict of its first simulation, and is not simulated again.
 #[cfg(madsim)]
 #[derive(Default)]
 struct Verdicts {
-    seen: BTreeMap<String, Result<(), String>>,
+    /// Case text → its verdict and its simulation's trace hash (none when the case did not resolve).
+    seen: BTreeMap<String, (Result<(), String>, Option<String>)>,
     simulations: u64,
     steps: u64,
     repeats: u64,
@@ -697,17 +715,26 @@ impl Verdicts {
     /// The case's verdict, and whether it was met before.
     fn judge(&mut self, case: &Case) -> (Result<(), String>, bool) {
         let text = case.file_text();
-        if let Some(verdict) = self.seen.get(&text) {
+        if let Some((verdict, _)) = self.seen.get(&text) {
             self.repeats += 1;
             return (verdict.clone(), true);
         }
         self.simulations += 1;
-        let verdict = simulate(case).and_then(|results| {
-            self.steps += results.steps;
-            crate::run::verdict(&results, Expect::ResidualOnly, engine::executor::Policy::Rules)
-        });
-        self.seen.insert(text, verdict.clone());
+        let (verdict, trace_hash) = match simulate(case) {
+            Ok(results) => {
+                self.steps += results.steps;
+                let verdict = crate::run::verdict(&results, Expect::ResidualOnly, engine::executor::Policy::Rules);
+                (verdict, Some(results.trace_hash))
+            }
+            Err(e) => (Err(e), None),
+        };
+        self.seen.insert(text, (verdict.clone(), trace_hash));
         (verdict, false)
+    }
+
+    /// The trace hash of a case judged before (none when it was not, or did not resolve).
+    fn trace_hash(&self, case: &Case) -> Option<String> {
+        self.seen.get(&case.file_text()).and_then(|(_, hash)| hash.clone())
     }
 }
 
@@ -745,8 +772,10 @@ pub fn search(args: &SearchArgs, on_case: &OnCase<'_>) -> Outcome {
                 }
                 Ok(()) => false,
             });
+            // The case was judged (proptest's last failure, or a smaller case that failed too): its hash is kept.
+            let trace_hash = verdicts.trace_hash(&case);
             let Verdicts { simulations, steps, repeats, .. } = verdicts;
-            Outcome::Failed { case, reason, simulations, steps, repeats }
+            Outcome::Failed { case, reason, trace_hash, simulations, steps, repeats }
         }
         Err(TestError::Abort(reason)) => Outcome::Aborted(reason.message().to_owned()),
     }
@@ -831,13 +860,16 @@ pub fn minimise(case: Case, budget: u32, mut fails: impl FnMut(&Case) -> bool) -
     case
 }
 
-/// Writes a failing case's file under `dir` and returns the lines to print: the file, the command, and what failed.
-pub fn report_failure(case: &Case, reason: &str, dir: &Path) -> String {
-    match case.write(dir) {
+/// Writes a failing case's file under `dir` and returns the lines to print: what failed, the file, the command, and
+/// the trace hash of the case's simulation (`trace_hash`, which the file carries too), which the command reproduces.
+pub fn report_failure(case: &Case, reason: &str, trace_hash: Option<&str>, dir: &Path) -> String {
+    let traced =
+        trace_hash.map_or_else(String::new, |hash| format!("  trace hash {hash}; the command above reproduces it\n"));
+    match case.write(dir, trace_hash) {
         Ok(path) => {
             let path = path.canonicalize().unwrap_or(path);
             format!(
-                "flowsim search: FAILED: {reason}\n  shrunk case: {}\n  written to {}\nreproduce with: {}\n",
+                "flowsim search: FAILED: {reason}\n  shrunk case: {}\n  written to {}\nreproduce with: {}\n{traced}",
                 one_line(case),
                 path.display(),
                 case.command(&path)
@@ -847,7 +879,7 @@ pub fn report_failure(case: &Case, reason: &str, dir: &Path) -> String {
             "flowsim search: FAILED: {reason}\n  shrunk case: {}\n  (cannot write it under {}: {e})\n{}",
             one_line(case),
             dir.display(),
-            case.file_text()
+            case.file_text_traced(trace_hash)
         ),
     }
 }
@@ -985,9 +1017,9 @@ fn run_search(args: &SearchArgs, regressions: &str, out: &Path) -> i32 {
             outln!("flowsim search: every invariant held in {}{ran}", cases_text(cases));
             0
         }
-        Outcome::Failed { case, reason, simulations, steps, repeats } => {
+        Outcome::Failed { case, reason, trace_hash, simulations, steps, repeats } => {
             outln!("flowsim search: shrunk; {simulations} simulations ({steps} steps) in all{}", repeats_note(repeats));
-            out!("{}", report_failure(&case, &reason, out));
+            out!("{}", report_failure(&case, &reason, trace_hash.as_deref(), out));
             1
         }
         Outcome::Aborted(reason) => {
@@ -1038,7 +1070,7 @@ mod tests {
             other.seed = case.seed + 1;
             prop_assert_eq!(&other.prepare().map_err(TestCaseError::fail)?.profile, &prepared.profile);
             let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let path = case.write(dir.path()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let path = case.write(dir.path(), Some("0123abcd")).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let from_file = crate::run::prepare(path.to_str().expect("a UTF-8 path"), case.seed + 7, None)
                 .map_err(TestCaseError::fail)?;
             prop_assert_eq!(&from_file.profile, &prepared.profile);
@@ -1211,12 +1243,24 @@ mod tests {
             workflows: Vec::new(),
             persons: None,
         };
-        let text = report_failure(&case, "a reason", &out);
+        let text = report_failure(&case, "a reason", Some("f00d"), &out);
         let files: Vec<PathBuf> = std::fs::read_dir(&out).expect("made").map(|e| e.expect("entry").path()).collect();
         assert_eq!(files.len(), 1);
         let shown = files[0].canonicalize().expect("exists");
         assert!(text.contains(&format!("written to {}", shown.display())), "{text}");
         assert!(text.contains("a reason"), "{text}");
+        // The trace hash follows the command, and the file carries it in a comment.
+        assert!(
+            text.ends_with(&format!("{}\n  trace hash f00d; the command above reproduces it\n", case.command(&shown)))
+        );
+        let file = std::fs::read_to_string(&shown).expect("read");
+        assert!(file.lines().any(|l| l.starts_with("# Trace hash of its simulation: f00d;")), "{file}");
+        // The file is named by the case, whatever its hash.
+        assert_eq!(case.write(dir.path(), None).expect("written").file_name(), shown.file_name());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(shown.file_name().expect("a name"))).expect("read"),
+            case.file_text()
+        );
     }
 
     /// A canary search in which every case held says it failed, and why, as `flowsim check` fails a canary that

@@ -25,8 +25,8 @@ fn rules_search_finds_no_failure() {
             let tried = simulations + repeats;
             assert!(tried >= u64::from(cases), "every case ran a simulation or was met before ({tried} for {cases})");
         }
-        search::Outcome::Failed { case, reason, .. } => {
-            panic!("{}", search::report_failure(&case, &reason, &tempfile_dir()))
+        search::Outcome::Failed { case, reason, trace_hash, .. } => {
+            panic!("{}", search::report_failure(&case, &reason, trace_hash.as_deref(), &tempfile_dir()))
         }
         search::Outcome::Aborted(reason) => panic!("proptest gave up: {reason}"),
     }
@@ -141,7 +141,7 @@ fn canary_search_finds_duplicates_and_shrinks_them() {
     }
     // The replay command resolves the file to the profile the search ran (no knob drawn from the seed).
     let dir = tempfile_dir();
-    let path = case.write(&dir).expect("the case file is written");
+    let path = case.write(&dir, None).expect("the case file is written");
     let command = case.command(&path);
     assert!(command.starts_with("cargo flowsim run --scenario "), "{command}");
     let from_file =
@@ -151,6 +151,49 @@ fn canary_search_finds_duplicates_and_shrinks_them() {
     // And it fails again.
     let again = search::simulate(&case).expect("the case runs");
     assert!(again.duplicates.by_class.get("canary").copied().unwrap_or(0) > 0);
+}
+
+/// A failure prints the trace hash of its shrunk case's simulation after the command, and the case file carries it:
+/// the printed file, run the way `flowsim run --scenario FILE --seed S --steps N --policy rules` runs it (its own
+/// `prepare` and `execute`), gives that hash again, so a user can check that the repro is the run the search saw.
+#[test]
+fn a_failure_prints_the_trace_hash_its_command_reproduces() {
+    // At search seed 7 the greedy removals after proptest's shrinking change the case: the hash must be the final
+    // case's, not that of the failure proptest stopped at.
+    let args = SearchArgs { cases: CANARY_CASES_MAX, canary: true, seed: 7, regressions: None };
+    // The last failure proptest showed, which is where its shrinking stopped (the removals after it show nothing).
+    let last_failure = std::cell::RefCell::new(None);
+    let outcome = search::search(&args, &|case, result, _| {
+        if result.is_err() {
+            *last_failure.borrow_mut() = Some(case.clone());
+        }
+    });
+    let search::Outcome::Failed { case, reason, trace_hash, .. } = outcome else {
+        panic!("the canary search must fail: {outcome:?}")
+    };
+    assert_ne!(last_failure.into_inner().as_ref(), Some(&case), "the removals changed nothing: the test shows less");
+    let hash = trace_hash.expect("the shrunk case was simulated");
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a temp dir");
+    let printed = search::report_failure(&case, &reason, Some(&hash), dir.path());
+    let lines: Vec<&str> = printed.lines().collect();
+    let command = lines.iter().find_map(|l| l.strip_prefix("reproduce with: ")).expect("a repro line");
+    let after = lines.iter().skip_while(|l| !l.starts_with("reproduce with: ")).nth(1);
+    assert_eq!(after, Some(&&*format!("  trace hash {hash}; the command above reproduces it")), "{printed}");
+    // The command's words, as a shell splits them (the temp dir's path needs no quoting).
+    assert!(!command.contains(['\'', '"', '\\']), "{command}");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let value = |flag: &str| words.iter().position(|w| *w == flag).map(|i| words[i + 1]).expect(flag);
+    assert_eq!(&words[..3], ["cargo", "flowsim", "run"], "{command}");
+    assert_eq!(value("--policy"), "rules");
+    let (file, seed, steps) = (value("--scenario"), value("--seed"), value("--steps"));
+    let text = std::fs::read_to_string(file).expect("the case file");
+    assert!(text.contains(&format!("\n# Trace hash of its simulation: {hash}; ")), "{text}");
+    let (seed, steps) = (seed.parse().expect("a seed"), steps.parse().expect("steps"));
+    let prepared = scenarios::run::prepare(file, seed, Some(steps)).expect("the file resolves");
+    let (results, _) =
+        scenarios::run::execute(&scenarios::run::RunArgs::quiet(file, seed, Some(steps)), &prepared, false);
+    assert_eq!(results.trace_hash, hash, "the printed command ran another simulation");
+    assert!(results.duplicates.by_class.get("canary").copied().unwrap_or(0) > 0, "and it fails again");
 }
 
 fn tempfile_dir() -> std::path::PathBuf {
