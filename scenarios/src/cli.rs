@@ -74,13 +74,15 @@ enum Command {
     ///
     /// With each ledger, median steps/s per core and steps per CPU-second; then a bare loop of key derivation and a
     /// hash-map ledger, the same loop under madsim and madsim alone, and the memory ledger's speed as a fraction of the
-    /// bare loop's.
+    /// bare loop's. CPU time is read from /proc/self/stat in ticks of 10 ms: a repetition shorter than one tick has no
+    /// steps per CPU-second, and the lines of those figures say so and how many steps would be enough.
     Bench {
         /// A catalogue name or a profile file (TOML). Speed depends most on `world.runs_in_flight_max`: compare
         /// figures only at the same profile (docs/speed.md).
         #[arg(long, default_value = "mixed")]
         scenario: String,
-        /// Steps of each repetition (its seed is 1), at most 10^12.
+        /// Steps of each repetition (its seed is 1), at most 10^12. A repetition needs at least one 10 ms tick of CPU
+        /// time (some thousands of steps) for a steps-per-CPU-second figure.
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
         /// Repetitions per ledger and per yardstick loop; the median of an even number is the mean of the middle two.
@@ -426,9 +428,57 @@ fn median_and_list(rates: &[f64]) -> (f64, String) {
 #[derive(Default)]
 struct BenchSamples {
     wall_rates: Vec<f64>,
-    cpu_rates: Vec<f64>,
+    cpu: crate::reference::CpuRates,
     /// An invariant the scenario expects to hold was violated in one of the repetitions.
     violated: bool,
+}
+
+/// A ledger's steps-per-CPU-second line in `flowsim bench`: the median of its repetitions of `steps` each, or, when
+/// one was not measured (under one tick of CPU time, or unreadable), why not and how many steps would be enough. Never
+/// nothing: a figure left out without a word reads as a bench that did not try.
+#[cfg(madsim)]
+fn cpu_line(ledger: &str, samples: &BenchSamples, steps: u64) -> String {
+    match samples.cpu.not_measured() {
+        None => {
+            let (median, all) = median_and_list(&samples.cpu.rates);
+            format!("  ledger {ledger:<7} median {median:>10.0} steps per CPU-second              (runs: {all})")
+        }
+        Some(why) => {
+            format!("  ledger {ledger:<7} steps per CPU-second not measured: {why}{}", more_steps(samples, steps))
+        }
+    }
+}
+
+/// `; give --steps N or more` when a longer run would measure what `samples` did not (empty when its CPU time cannot
+/// be read at all, which more steps do not change).
+#[cfg(madsim)]
+fn more_steps(samples: &BenchSamples, steps: u64) -> String {
+    if samples.cpu.too_short == 0 {
+        return String::new();
+    }
+    let (wall_median, _) = median_and_list(&samples.wall_rates);
+    format!("; give --steps {} or more", crate::reference::steps_to_measure(steps, wall_median))
+}
+
+/// The last line of `flowsim bench`: the memory ledger's median steps per CPU-second as a fraction of the bare loop's
+/// (`bare_median`), or why there is none.
+#[cfg(madsim)]
+fn bare_loop_line(memory: &BenchSamples, steps: u64, bare_median: Option<f64>) -> String {
+    let head = "  memory ledger   ";
+    match (memory.cpu.not_measured(), bare_median) {
+        (Some(why), _) => format!("{head} fraction of the bare loop not measured: {why}{}", more_steps(memory, steps)),
+        (None, None) => {
+            format!("{head} fraction of the bare loop not measured: the bare loop's steps per CPU-second are missing")
+        }
+        (None, Some(bare_median)) => {
+            let (memory_median, _) = median_and_list(&memory.cpu.rates);
+            format!(
+                "{head} {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} of its 840 k)",
+                memory_median / bare_median,
+                400.0 / 840.0
+            )
+        }
+    }
 }
 
 /// `flowsim bench`: the speed figures of the issue, measured, never asserted. Each repetition is a fresh simulation
@@ -468,11 +518,7 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
             let args = RunArgs { ledger: (*ledger).to_owned(), ..RunArgs::quiet(scenario, 1, Some(steps)) };
             let cpu_before = process_cpu_seconds();
             let (results, _) = execute(&args, &prepared, false);
-            if let (Some(before), Some(after)) = (cpu_before, process_cpu_seconds())
-                && after > before
-            {
-                samples.cpu_rates.push(results.steps as f64 / (after - before));
-            }
+            samples.cpu.record(results.steps, cpu_before, process_cpu_seconds());
             samples.violated |= !results.all_hold() && prepared.expect == crate::catalogue::Expect::AllHold;
             samples.wall_rates.push(results.steps_per_second);
         }
@@ -481,83 +527,126 @@ fn bench(scenario: &str, steps: u64, repeat: u32) -> i32 {
         let (median, all) = median_and_list(&samples.wall_rates);
         outln!("  ledger {ledger:<7} median {median:>10.0} steps/s per core, wall clock   (runs: {all})");
         // On a shared machine the wall clock also counts time spent waiting for a core; CPU time does not.
-        if samples.cpu_rates.len() == samples.wall_rates.len() {
-            let (median, all) = median_and_list(&samples.cpu_rates);
-            outln!("  ledger {ledger:<7} median {median:>10.0} steps per CPU-second              (runs: {all})");
-        }
+        outln!("{}", cpu_line(ledger, samples, steps));
         if samples.violated {
             outln!("  (an invariant was violated during the bench; run the scenario for details)");
         }
     }
     // Read before the reference loops, whose ledger of a million rows is larger than a simulation's state.
     outln!("  peak RSS {:.0} MiB", peak_rss_bytes() as f64 / 1_048_576.0);
-    bench_reference(repeat, &samples[0].cpu_rates);
+    let [memory, _] = &samples;
+    let bare_median = bench_reference(repeat);
+    outln!("{}", bare_loop_line(memory, steps, bare_median));
     0
 }
 
-/// The issue's yardsticks on this machine (`crate::reference`), `repeat` times each, and the memory ledger's median
-/// against the bare loop: a ratio that means the same on a faster or slower machine.
+/// The issue's yardsticks on this machine (`crate::reference`), `repeat` times each; returns the bare loop's median
+/// steps per CPU-second, against which `bench` sets the memory ledger's: a ratio that means the same on a faster or
+/// slower machine. `None` when it was not measured (a line says why).
 #[cfg(madsim)]
-fn bench_reference(repeat: u32, memory_cpu_rates: &[f64]) {
-    use crate::reference::{RUNS, STEPS_PER_RUN, bare_loop, madsim_loop};
+fn bench_reference(repeat: u32) -> Option<f64> {
+    use crate::reference::{CpuRates, RUNS, STEPS_PER_RUN, bare_loop, madsim_loop};
     use crate::run::process_cpu_seconds;
     let steps = u64::from(RUNS) * u64::from(STEPS_PER_RUN);
-    // Steps per CPU-second of `work`, which returns the steps it did (all of them, or the loop is broken).
-    let rate = |work: &dyn Fn() -> u64| {
-        let before = process_cpu_seconds()?;
-        let recorded = work();
-        let after = process_cpu_seconds()?;
-        assert_eq!(recorded, steps, "a reference loop does every step once");
-        Some(steps as f64 / (after - before).max(0.01))
-    };
-    // Once untimed: the first loop to build a ledger of a million rows would also pay for the kernel's fresh pages,
-    // which every later loop finds in the allocator.
-    bare_loop(RUNS, STEPS_PER_RUN);
-    let (mut bare, mut simulated, mut runtime_only) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..repeat {
-        let (Some(b), Some(m), Some(r)) = (
-            rate(&|| bare_loop(RUNS, STEPS_PER_RUN)),
-            rate(&|| madsim_loop(RUNS, STEPS_PER_RUN, true).0),
-            rate(&|| madsim_loop(RUNS, STEPS_PER_RUN, false).0),
-        ) else {
-            return;
-        };
-        bare.push(b);
-        simulated.push(m);
-        runtime_only.push(r);
-    }
-    let (bare_median, bare_all) = median_and_list(&bare);
-    let (madsim_median, madsim_all) = median_and_list(&simulated);
-    let (runtime_median, _) = median_and_list(&runtime_only);
     outln!(
         "  reference: the issue's yardsticks on this machine ({RUNS} runs × {STEPS_PER_RUN} steps: key derivation of a \
          114-byte input and a hash-map ledger, nothing checked; scenarios/src/reference.rs)"
     );
-    outln!(
-        "  bare loop        median {bare_median:>10.0} steps per CPU-second   (issue: about 840 k; runs: {bare_all})"
-    );
-    outln!(
-        "  under madsim     median {madsim_median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; \
-         runs: {madsim_all})"
-    );
-    outln!(
-        "  madsim alone     median {:>10.2} µs per step   (the sleeps without the work; issue: about 0.35 µs)",
-        1e6 / runtime_median
-    );
-    if !memory_cpu_rates.is_empty() {
-        let (memory_median, _) = median_and_list(memory_cpu_rates);
-        outln!(
-            "  memory ledger    {:.3} of the bare loop's steps per CPU-second (the issue's 400 k target is {:.3} \
-             of its 840 k)",
-            memory_median / bare_median,
-            400.0 / 840.0
-        );
+    if process_cpu_seconds().is_none() {
+        outln!("  reference loops not run: the process's CPU time cannot be read (/proc/self/stat)");
+        return None;
     }
+    // Records the CPU time of `work`, which returns the steps it did (all of them, or the loop is broken).
+    let time = |rates: &mut CpuRates, work: &dyn Fn() -> u64| {
+        let before = process_cpu_seconds();
+        let recorded = work();
+        rates.record(recorded, before, process_cpu_seconds());
+        assert_eq!(recorded, steps, "a reference loop does every step once");
+    };
+    // Once untimed: the first loop to build a ledger of a million rows would also pay for the kernel's fresh pages,
+    // which every later loop finds in the allocator.
+    bare_loop(RUNS, STEPS_PER_RUN);
+    let (mut bare, mut simulated, mut runtime_only) = (CpuRates::default(), CpuRates::default(), CpuRates::default());
+    for _ in 0..repeat {
+        time(&mut bare, &|| bare_loop(RUNS, STEPS_PER_RUN));
+        time(&mut simulated, &|| madsim_loop(RUNS, STEPS_PER_RUN, true).0);
+        time(&mut runtime_only, &|| madsim_loop(RUNS, STEPS_PER_RUN, false).0);
+    }
+    // A loop's figure, or why there is none (its size is fixed, so no advice on steps).
+    let figure = |rates: &CpuRates, show: &dyn Fn(f64, String) -> String| match rates.not_measured() {
+        None => {
+            let (median, all) = median_and_list(&rates.rates);
+            show(median, all)
+        }
+        Some(why) => format!("not measured: {why}"),
+    };
+    outln!(
+        "  bare loop        {}",
+        figure(&bare, &|median, all| format!(
+            "median {median:>10.0} steps per CPU-second   (issue: about 840 k; runs: {all})"
+        ))
+    );
+    outln!(
+        "  under madsim     {}",
+        figure(&simulated, &|median, all| format!(
+            "median {median:>10.0} steps per CPU-second   (a 1 ms simulated sleep per step; runs: {all})"
+        ))
+    );
+    outln!(
+        "  madsim alone     {}",
+        figure(&runtime_only, &|median, _| format!(
+            "median {:>10.2} µs per step   (the sleeps without the work; issue: about 0.35 µs)",
+            1e6 / median
+        ))
+    );
+    bare.not_measured().is_none().then(|| median_and_list(&bare.rates).0)
 }
 
 #[cfg(all(test, madsim))]
 mod tests {
-    use super::median_and_list;
+    use super::{BenchSamples, bare_loop_line, cpu_line, median_and_list};
+    use crate::reference::CpuRates;
+
+    /// Repetitions too short for a tick of CPU time drop no line: the ledger's steps-per-CPU-second line and the
+    /// bare-loop line say the runs were too short and how many steps would be enough (a QA report: `bench --steps 1
+    /// --repeat 1` printed neither, without a word).
+    #[test]
+    fn a_bench_too_short_for_cpu_time_says_so_on_every_line_it_would_print() {
+        let short = BenchSamples {
+            wall_rates: vec![40_000.0, 60_000.0],
+            cpu: CpuRates { rates: Vec::new(), too_short: 2, unreadable: 0 },
+            violated: false,
+        };
+        let too_short = "both runs were too short to measure CPU time (under one 10 ms tick)";
+        assert_eq!(
+            cpu_line("memory", &short, 500),
+            format!("  ledger memory  steps per CPU-second not measured: {too_short}; give --steps 50000 or more")
+        );
+        let line = bare_loop_line(&short, 500, Some(1e6));
+        assert_eq!(
+            line,
+            format!(
+                "  memory ledger    fraction of the bare loop not measured: {too_short}; give --steps 50000 or more"
+            )
+        );
+        // Measured: the figures as before.
+        let measured = BenchSamples {
+            wall_rates: vec![90_000.0],
+            cpu: CpuRates { rates: vec![100_000.0], too_short: 0, unreadable: 0 },
+            violated: false,
+        };
+        assert!(cpu_line("sqlite", &measured, 200_000).contains("median     100000 steps per CPU-second"));
+        assert!(
+            bare_loop_line(&measured, 200_000, Some(1e6)).contains("0.100 of the bare loop's steps per CPU-second")
+        );
+        assert!(bare_loop_line(&measured, 200_000, None).contains("the bare loop's steps per CPU-second are missing"));
+        // Unreadable CPU time: said, with no advice on steps, which would not help.
+        let unreadable = BenchSamples { cpu: CpuRates { rates: Vec::new(), too_short: 0, unreadable: 1 }, ..measured };
+        assert_eq!(
+            cpu_line("memory", &unreadable, 200_000),
+            "  ledger memory  steps per CPU-second not measured: the process's CPU time cannot be read (/proc/self/stat)"
+        );
+    }
 
     #[test]
     fn a_bench_median_of_an_even_count_is_the_mean_of_the_middle_two() {

@@ -14,10 +14,91 @@
 //!
 //! Neither checks anything, calls a fake or keeps a run's state beyond its ledger rows: they are the floor under any
 //! simulation of the step loop, not a simulation.
+//!
+//! [`CpuRates`] keeps `bench`'s steps per CPU-second, of the simulations and of these loops alike: CPU time comes from
+//! `/proc/self/stat` in ticks of [`CPU_TICK_S`], so a run shorter than one tick has no figure, and says so.
 
 use engine::fastmap::FastMap;
 use engine::key::Key;
 use serde_json::Value;
+
+/// The resolution of the process's CPU time as `/proc/self/stat` counts it (`crate::run::process_cpu_seconds`): ticks
+/// of 1/100 s (`USER_HZ`, 100 on Linux). A run that used less than one tick may read as 0.
+pub const CPU_TICK_S: f64 = 0.01;
+
+/// CPU time a run should take for its steps per CPU-second to be worth reading: a tick is then 1 % of it.
+pub const CPU_SECONDS_ENOUGH: f64 = 1.0;
+
+/// Steps per CPU-second of repeated runs, each timed by the process's CPU time before and after it. A run whose time
+/// read as no tick, or could not be read, has no rate: it is counted, and [`CpuRates::not_measured`] says why the
+/// figure is missing rather than leaving it out.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CpuRates {
+    /// The rates of the runs that were measured.
+    pub rates: Vec<f64>,
+    /// Runs that took under one tick of CPU time (read as none).
+    pub too_short: u32,
+    /// Runs whose CPU time could not be read (no `/proc/self/stat`).
+    pub unreadable: u32,
+}
+
+impl CpuRates {
+    /// Records a run of `steps` between the CPU times `before` and `after` (in seconds, `None` when unreadable).
+    pub fn record(&mut self, steps: u64, before: Option<f64>, after: Option<f64>) {
+        match (before, after) {
+            (Some(before), Some(after)) if after > before => self.rates.push(steps as f64 / (after - before)),
+            (Some(_), Some(_)) => self.too_short += 1,
+            _ => self.unreadable += 1,
+        }
+    }
+
+    /// The runs recorded.
+    pub fn runs(&self) -> u32 {
+        self.rates.len() as u32 + self.too_short + self.unreadable
+    }
+
+    /// Why there is no figure, when some run was not measured (the median of the others would favour the slower
+    /// runs); `None` when every run was.
+    pub fn not_measured(&self) -> Option<String> {
+        let runs = self.runs();
+        // "the run was", "both runs were", "all 3 runs were", "1 of 3 runs was".
+        let which = |n: u32| match (n, runs) {
+            (_, 1) => "the run was".to_owned(),
+            (2, 2) => "both runs were".to_owned(),
+            (n, runs) if n == runs => format!("all {runs} runs were"),
+            (1, runs) => format!("1 of {runs} runs was"),
+            (n, runs) => format!("{n} of {runs} runs were"),
+        };
+        if self.unreadable > 0 {
+            return Some(if self.unreadable == runs {
+                "the process's CPU time cannot be read (/proc/self/stat)".to_owned()
+            } else {
+                format!("the CPU time of {} of {runs} runs could not be read (/proc/self/stat)", self.unreadable)
+            });
+        }
+        (self.too_short > 0).then(|| {
+            format!(
+                "{} too short to measure CPU time (under one {:.0} ms tick)",
+                which(self.too_short),
+                CPU_TICK_S * 1000.0
+            )
+        })
+    }
+}
+
+/// A run of a few steps is mostly the simulation's setup, so its wall-clock speed says little about a longer run's:
+/// [`steps_to_measure`] never asks for fewer steps than this.
+pub const STEPS_TO_MEASURE_MIN: u64 = 10_000;
+
+/// Steps that make a run long enough to measure its CPU time, for a run of `steps` that went at `steps_per_second`
+/// (wall clock: an estimate, as a run too short for its CPU time has no other): about [`CPU_SECONDS_ENOUGH`] at that
+/// speed, and at least ten times `steps` and [`STEPS_TO_MEASURE_MIN`], rounded up to two significant digits.
+pub fn steps_to_measure(steps: u64, steps_per_second: f64) -> u64 {
+    let by_speed = if steps_per_second.is_finite() { (steps_per_second * CPU_SECONDS_ENOUGH).ceil() as u64 } else { 0 };
+    let enough = by_speed.max(steps.saturating_mul(10)).max(STEPS_TO_MEASURE_MIN);
+    let unit = 10u64.pow(enough.ilog10().saturating_sub(1));
+    enough.div_ceil(unit).saturating_mul(unit)
+}
 
 /// The prototype's shape: this many runs in flight, each of [`STEPS_PER_RUN`] steps.
 pub const RUNS: u32 = 1_000;
@@ -117,6 +198,55 @@ mod tests {
         let mut first = inputs(123_456);
         first["step"] = Value::from(1);
         assert_eq!(engine::canonical::to_vec(&first).unwrap().len(), 114);
+    }
+
+    /// A run under one tick of CPU time has no rate, and the figure of the runs says why it is missing (a QA report:
+    /// `bench --steps 1` left out its steps-per-CPU-second lines without a word); a figure of some measured runs and
+    /// some not is missing too.
+    #[test]
+    fn a_run_under_one_tick_is_said_to_be_too_short() {
+        let mut rates = CpuRates::default();
+        rates.record(500, Some(1.23), Some(1.23));
+        assert_eq!(rates, CpuRates { rates: vec![], too_short: 1, unreadable: 0 });
+        let said = rates.not_measured();
+        assert_eq!(said.as_deref(), Some("the run was too short to measure CPU time (under one 10 ms tick)"));
+        rates.record(500, Some(1.23), Some(1.23));
+        let said = rates.not_measured();
+        assert_eq!(said.as_deref(), Some("both runs were too short to measure CPU time (under one 10 ms tick)"));
+        rates.record(1_000, Some(1.0), Some(1.5));
+        assert_eq!(rates.rates, [2_000.0]);
+        let said = rates.not_measured();
+        assert_eq!(said.as_deref(), Some("2 of 3 runs were too short to measure CPU time (under one 10 ms tick)"));
+        let all = CpuRates { rates: Vec::new(), too_short: 3, unreadable: 0 };
+        let said = all.not_measured();
+        assert_eq!(said.as_deref(), Some("all 3 runs were too short to measure CPU time (under one 10 ms tick)"));
+        let mut measured = CpuRates::default();
+        measured.record(1_000, Some(0.5), Some(0.51));
+        measured.record(1_000, Some(0.5), Some(0.52));
+        assert_eq!(measured.not_measured(), None);
+        measured.record(1_000, Some(0.5), Some(0.5));
+        let said = measured.not_measured();
+        assert_eq!(said.as_deref(), Some("1 of 3 runs was too short to measure CPU time (under one 10 ms tick)"));
+        measured.record(1_000, None, Some(0.6));
+        let said = measured.not_measured();
+        assert_eq!(said.as_deref(), Some("the CPU time of 1 of 4 runs could not be read (/proc/self/stat)"));
+        let mut unreadable = CpuRates::default();
+        unreadable.record(1_000, Some(0.5), None);
+        let said = unreadable.not_measured();
+        assert_eq!(said.as_deref(), Some("the process's CPU time cannot be read (/proc/self/stat)"));
+    }
+
+    #[test]
+    fn steps_to_measure_last_about_a_cpu_second() {
+        // About a second at the speed seen, rounded up to two significant digits.
+        assert_eq!(steps_to_measure(500, 123_456.0), 130_000);
+        assert_eq!(steps_to_measure(20_000, 2_000_001.0), 2_100_000);
+        // At least ten times the steps that were too short, and never fewer than the floor: a run of a few steps is
+        // mostly setup, so its wall-clock speed understates a longer run's.
+        assert_eq!(steps_to_measure(20_000, 50_000.0), 200_000);
+        assert_eq!(steps_to_measure(1, 1_406.0), STEPS_TO_MEASURE_MIN);
+        assert_eq!(steps_to_measure(7, 0.0), STEPS_TO_MEASURE_MIN);
+        assert_eq!(steps_to_measure(7, f64::INFINITY), STEPS_TO_MEASURE_MIN);
     }
 
     #[test]
