@@ -7,17 +7,7 @@ mod common;
 use common::*;
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, RunStatus};
-use std::process::Command;
 use std::sync::Arc;
-
-fn flow(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[tokio::test]
 async fn list_and_resolve_paused_runs_from_the_command_line() {

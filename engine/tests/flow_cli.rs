@@ -4,20 +4,11 @@
 
 mod common;
 
-use common::{ledger_with_paused_runs, live_writer};
+use common::{flow, ledger_with_paused_runs, live_writer, snapshot};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::path::Path;
 use std::process::Command;
-
-fn flow(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn assert_untouched(ledger: &SqliteLedger, run_id: &str, context: &str) {
     assert_eq!(ledger.run_status(run_id).unwrap(), Some(RunStatus::Paused), "{context}");
@@ -141,19 +132,6 @@ fn resolve_refuses_a_blank_run_id() {
     for run in ["", " ", "r1"] {
         assert_untouched(&ledger, run, &format!("{run:?} after the refusals"));
     }
-}
-
-/// Every file name in `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| {
-            let entry = entry.unwrap();
-            (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap())
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 #[test]

@@ -11,30 +11,7 @@ use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, RunStatus};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
-
-fn flow(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Every file name in `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| {
-            let entry = entry.unwrap();
-            (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap())
-        })
-        .collect();
-    files.sort();
-    files
-}
 
 /// The bank's workflow: a payout (at most once), then a note that takes the payout's output whole and its `id`.
 fn payout_then_note() -> Value {

@@ -477,3 +477,26 @@ pub fn damage_root_page(path: &std::path::Path, table: &str) -> u64 {
     file.sync_all().unwrap();
     root
 }
+
+/// Runs the `flow` binary with `args`: its exit code, stdout and stderr.
+pub fn flow(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flow")).args(args).output().expect("run flow");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every file name in `dir` with its bytes.
+pub fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (entry.file_name().to_string_lossy().into_owned(), std::fs::read(entry.path()).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
