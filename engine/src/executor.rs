@@ -620,8 +620,15 @@ impl Engine {
         if self.workflows.contains_key(workflow) { Ok(()) } else { Err(Error::UnknownWorkflow(workflow.to_string())) }
     }
 
-    /// Creates the pending run with the trigger's canonical bytes, unless it exists.
+    /// Creates the pending run with the trigger's canonical bytes, unless it exists. A blank run id (empty, or only
+    /// spaces and other invisible characters, [`ledger::names_someone`]) is refused: it names no run that a person
+    /// could find in `flow paused` or mean in `flow resolve --run`, which refuses one too.
     fn insert_run(&self, workflow: &str, run_id: &str, trigger: Vec<u8>) -> Result<bool, Error> {
+        if !ledger::names_someone(run_id) {
+            return Err(Error::Ledger(ledger::Error::Invalid {
+                detail: format!("a run id must name the run: {run_id:?} is blank"),
+            }));
+        }
         let now_ms = self.clock.now_ms();
         let run = RunRecord {
             run_id: run_id.into(),

@@ -501,6 +501,26 @@ async fn each_resolution_of_a_paused_at_most_once_step() {
     assert_eq!(connector.calls().len(), 1);
 }
 
+/// A blank run id names no run a person could find (`flow paused`) or mean (`flow resolve --run`): creating or
+/// starting one is refused, and the ledger holds no such run.
+#[tokio::test]
+async fn a_blank_run_id_is_refused() {
+    for (ledger_name, ledger) in ledgers() {
+        let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+        let wf = one_step("wf", "api.charge");
+        let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+        let trigger = engine::doc!({"email": "a@example.com", "amount": 5});
+        for run_id in ["", " ", "\t", "\u{3164}"] {
+            let e = engine.create_run("wf", run_id, &trigger).unwrap_err().to_string();
+            assert!(e.contains(&format!("a run id must name the run: {run_id:?} is blank")), "{ledger_name}: {e}");
+            assert!(engine.start_run("wf", run_id, &trigger).await.is_err(), "{ledger_name}: {run_id:?} started");
+            assert_eq!(ledger.get_run(run_id).unwrap(), None, "{ledger_name}: {run_id:?} is in the ledger");
+        }
+        assert_eq!(connector.calls().len(), 0, "{ledger_name}");
+        assert_eq!(engine.start_run("wf", "r1", &trigger).await.unwrap(), RunStatus::Succeeded, "{ledger_name}");
+    }
+}
+
 /// A paused run waits for a person: a replay with edited inputs would give its at-most-once step a new key and send
 /// it again while the old key may have applied (rule 2, I4). It is refused naming the step, and changes nothing; so
 /// is a replay of a run a worker may be driving. Once a person has decided and the run has finished, it replays.

@@ -326,7 +326,7 @@ fn main() -> ExitCode {
         }
         Command::Resolve { ledger, run, mark_done, retry, abort, by } => {
             // Bad input is refused before anything is opened. A blank id names no run a person could mean.
-            if run.trim().is_empty() {
+            if !engine::ledger::names_someone(&run) {
                 return fail(2, "--run must name the paused run (`flow paused` lists them)");
             }
             // The name is the resolution's only record of who decided: checked by the ledger's own rule.
