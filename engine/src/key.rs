@@ -111,6 +111,35 @@ pub fn push_hex(bytes: &[u8], out: &mut String) {
     }
 }
 
+/// Which hex digits [`decode_hex`] takes: lowercase only (what [`push_hex`] writes, for text that must read back to
+/// itself), or either case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HexCase {
+    Lower,
+    Either,
+}
+
+/// `text` as `N` bytes: exactly `2 * N` hex digits of `case`, nothing else (no sign, no space), decoded on the stack.
+/// The one reading of hex in the engine: a pause reason's key, a webhook signature's tag, an inbox row's run id
+/// (`u8::from_str_radix`, which it replaces, also took a `+` before a digit).
+pub fn decode_hex<const N: usize>(text: &str, case: HexCase) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' if case == HexCase::Either => Some(c - b'A' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; N];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
+    }
+    Some(bytes)
+}
+
 /// Writes `bytes` as lowercase hex into the first `2 * bytes.len()` bytes of `out`.
 fn write_hex_digits(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -315,7 +344,21 @@ fn remove_path(value: &mut serde_json::Value, parts: &[&str]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Key, push_hex};
+    use super::{HexCase, Key, decode_hex, push_hex};
+
+    /// Exactly `2 * N` digits of the case asked for, and nothing else: `push_hex`'s text reads back to its bytes.
+    #[test]
+    fn hex_is_read_back_exactly() {
+        let bytes = [0x00, 0x7f, 0xab, 0xff];
+        let mut text = String::new();
+        push_hex(&bytes, &mut text);
+        assert_eq!(decode_hex::<4>(&text, HexCase::Lower), Some(bytes));
+        assert_eq!(decode_hex::<4>("007FABFF", HexCase::Either), Some(bytes));
+        assert_eq!(decode_hex::<4>("007FABFF", HexCase::Lower), None);
+        for wrong in ["007fab", "007fabff00", "+07fabff", "007fab f", "007fabfg", "007fabé"] {
+            assert_eq!(decode_hex::<4>(wrong, HexCase::Either), None, "{wrong:?}");
+        }
+    }
 
     #[test]
     fn push_hex_spells_every_byte_of_every_length_after_what_is_there() {

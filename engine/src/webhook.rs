@@ -174,27 +174,6 @@ pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
     out
 }
 
-/// The bytes of an HMAC-SHA256 tag: a `v1=` value of 64 hex digits (either case), decoded on the stack. Anything
-/// else (another length, a sign, a non-digit) is no tag, so it cannot verify. `u8::from_str_radix`, used here before,
-/// also took a `+` before a digit, and collected into a heap block per candidate.
-fn unhex_tag(text: &str) -> Option<[u8; TAG_BYTES]> {
-    let digits = text.as_bytes();
-    if digits.len() != 2 * TAG_BYTES {
-        return None;
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    let mut tag = [0u8; TAG_BYTES];
-    for (byte, pair) in tag.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-    }
-    Some(tag)
-}
-
 /// The length of an HMAC-SHA256 tag.
 const TAG_BYTES: usize = 32;
 
@@ -227,7 +206,7 @@ pub fn verify(source: &Source, incoming: &Incoming, now_ms: u64) -> Result<(), E
     // SIGNATURE_LEN_MAX bytes). verify_slice compares in constant time.
     let verifies = items()
         .filter_map(|(_, pair)| match pair {
-            Some(("v1", hex)) => unhex_tag(hex),
+            Some(("v1", hex)) => crate::key::decode_hex::<TAG_BYTES>(hex, crate::key::HexCase::Either),
             _ => None,
         })
         .any(|tag| expected.clone().verify_slice(&tag).is_ok());

@@ -85,21 +85,12 @@ enum RowRunId {
 impl RowRunId {
     fn new(run_id: &str) -> Self {
         let other = || RowRunId::Other(run_id.into());
-        let Some(hex) = run_id.strip_prefix(RUN_ID_PREFIX) else { return other() };
-        if hex.len() != 2 * RUN_ID_HASH_BYTES {
-            return other();
+        // Lowercase only: the id must read back exactly as it was given.
+        let hex = run_id.strip_prefix(RUN_ID_PREFIX);
+        match hex.and_then(|hex| crate::key::decode_hex(hex, crate::key::HexCase::Lower)) {
+            Some(bytes) => RowRunId::Webhook(bytes),
+            None => other(),
         }
-        let nibble = |c: u8| match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        };
-        let mut bytes = [0u8; RUN_ID_HASH_BYTES];
-        for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
-            let (Some(high), Some(low)) = (nibble(pair[0]), nibble(pair[1])) else { return other() };
-            *byte = high << 4 | low;
-        }
-        RowRunId::Webhook(bytes)
     }
 
     fn to_run_id(&self) -> String {

@@ -303,14 +303,7 @@ impl ResolutionRecord {
 /// which both the engine's check before a decision and the ledger's, as it files one, read.
 pub fn paused_key(reason: &str) -> Option<Key> {
     let hex = reason.strip_suffix(']')?.rsplit_once("[key ")?.1;
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(Key(key))
+    crate::key::decode_hex(hex, crate::key::HexCase::Either).map(Key)
 }
 
 /// Ledger errors. A broken invariant (a different output for a succeeded key) is an error the executor turns into a
