@@ -88,7 +88,7 @@ mod demo {
     use engine::key::Key;
     use engine::ledger::sqlite::{Options, SqliteLedger};
     use engine::ledger::{
-        self, Claim, Claimed, Completion, Delivery, Intake, Ledger, ResolutionRecord, RunRecord, RunStatus,
+        self, Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ResolutionRecord, RunRecord, RunStatus,
         StepOutcome, StepRecord,
     };
     use engine::workflow::Workflow;
@@ -330,6 +330,9 @@ mod demo {
             now_ms: u64,
         ) -> ledger::Result<()> {
             self.ledger.set_run_status(run_id, status, reason, now_ms)
+        }
+        fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> ledger::Result<Replay> {
+            self.ledger.begin_replay(run_id, trigger, now_ms)
         }
         fn unfinished_runs(&self) -> ledger::Result<Vec<String>> {
             self.ledger.unfinished_runs()

@@ -62,7 +62,9 @@ use crate::decide::{self, Decision, Input, LastCall};
 use crate::doc::Doc;
 use crate::event::{CrashPoint, Event, Observer};
 use crate::key::{self, Key};
-use crate::ledger::{self, Claim, Claimed, Completion, Ledger, Resolution, ResolutionRecord, RunRecord, Status};
+use crate::ledger::{
+    self, Claim, Claimed, Completion, Ledger, Replay, Resolution, ResolutionRecord, RunRecord, Status,
+};
 use crate::webhook;
 use crate::workflow::{self, StepKind, StepOutput, Template, Workflow};
 use smallvec::SmallVec;
@@ -243,8 +245,6 @@ enum Trigger<'a> {
     /// The caller's copy with its canonical bytes, used when those are the stored bytes; parsed from the ledger
     /// otherwise.
     Canonical(Held<'a>),
-    /// An edited trigger, for this drive only ([`Engine::replay`]).
-    Edited(&'a Doc),
 }
 
 /// A caller's trigger with its canonical bytes, written once ([`KnownTrigger`]'s, or [`Engine::start_run`]'s).
@@ -707,8 +707,10 @@ impl Engine {
     }
 
     /// Re-runs a finished run with an edited trigger under the same run id: unchanged steps replay from the ledger,
-    /// changed ones run exactly once under their new keys. The edited trigger is used for this drive only (the ledger
-    /// keeps the run's original trigger; see the report's gaps).
+    /// changed ones run exactly once under their new keys. The edited trigger becomes the run's trigger
+    /// ([`Ledger::begin_replay`]): the run is set running with it in one transaction, so a worker that resumes the run
+    /// after a crash mid-replay drives the edit, as this call would have, and a later replay or `flow` shows what
+    /// the run last ran with. (The steps the original trigger ran keep their records under their own keys.)
     ///
     /// Only a run that has succeeded or failed is replayed (a failed run's steps definitely did not apply, or a
     /// person aborted it: a decision made). Any other is refused with [`Error::NotFinished`], the ledger left as it
@@ -722,14 +724,27 @@ impl Engine {
     ///   such a drive would race it for the run's status (one's end overwriting the other's pause), and would send
     ///   under a new key a step that a crash left "may have applied". Let it finish first.
     ///
-    /// Two replays of one run at once, with different edits, are the caller's to avoid: each keeps every key's
-    /// promise, but the run's last status is the later one's.
+    /// The check and the switch to running are one transaction, so of two replays of one run begun at once (in one
+    /// process or two) the second finds the first's run running and is refused.
     pub async fn replay(&self, run_id: &str, edited_trigger: &Doc) -> Result<RunStatus, Error> {
-        if self.ledger.get_run(run_id)?.is_none() {
-            return Err(Error::UnknownRun(run_id.to_string()));
+        let canonical = canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
+        // The workflow first: a run this engine cannot drive is refused before it is set running.
+        let mut workflow = None;
+        self.ledger.inspect_run(run_id, &mut |run| workflow = run.map(|run| String::from(run.workflow.as_str())))?;
+        let workflow = workflow.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        if !self.workflows.contains_key(&workflow) {
+            return Err(Error::UnknownWorkflow(workflow));
         }
-        canonical::to_vec(edited_trigger).map_err(Error::Trigger)?;
-        self.drive_with(run_id, Trigger::Edited(edited_trigger)).await
+        match self.ledger.begin_replay(run_id, &canonical, self.clock.now_ms()) {
+            Ok(Replay::Begun) => {}
+            Ok(Replay::Refused { status, reason }) => {
+                return Err(self.not_finished(run_id, status, reason.as_deref().and_then(paused_key))?);
+            }
+            Err(ledger::Error::NotFound { .. }) => return Err(Error::UnknownRun(run_id.to_string())),
+            Err(e) => return Err(e.into()),
+        }
+        let held = Held { document: edited_trigger, canonical: &canonical, reads_back: reads_back(edited_trigger) };
+        self.drive_with(run_id, Trigger::Canonical(held)).await
     }
 
     /// Why a replay of run `run_id`, found `status` (paused at key `paused_at`, if it is), is refused: names the
@@ -816,32 +831,21 @@ impl Engine {
     }
 
     async fn drive_with(&self, run_id: &str, given: Trigger<'_>) -> Result<RunStatus, Error> {
-        let edited_trigger = match given {
-            Trigger::Edited(trigger) => Some(trigger),
-            Trigger::Stored | Trigger::Known(_) | Trigger::Canonical(_) => None,
-        };
-        let walking = edited_trigger.is_some();
-        // Read in place: the status, the compiled workflow and (unless the run ends here, an edited trigger replaces
-        // it or the caller's copy is the same document) the parsed trigger, without copying the run's record.
+        // Read in place: the status, the compiled workflow and (unless the run ends here or the caller's copy is the
+        // same document) the parsed trigger, without copying the run's record.
         let mut read = None;
         let mut known_is_stored = false;
-        // A replay of a paused run is refused naming the key it waits at (see `Engine::replay`).
-        let mut paused_at = None;
         self.ledger.inspect_run(run_id, &mut |run| {
             read = run.map(|run| {
-                if walking && run.status == RunStatus::Paused {
-                    paused_at = run.reason.as_deref().and_then(paused_key);
-                }
-                let ends_here = !walking && !run.status.is_unfinished();
+                let ends_here = !run.status.is_unfinished();
                 if !ends_here {
                     known_is_stored = match given {
                         Trigger::Known(known) => is_stored_document(known, &run.trigger),
                         Trigger::Canonical(held) => held.is_stored(&run.trigger),
-                        Trigger::Stored | Trigger::Edited(_) => false,
+                        Trigger::Stored => false,
                     };
                 }
-                let trigger =
-                    (!ends_here && !walking && !known_is_stored).then(|| crate::doc::from_slice::<Doc>(&run.trigger));
+                let trigger = (!ends_here && !known_is_stored).then(|| crate::doc::from_slice::<Doc>(&run.trigger));
                 // The compiled workflow, found by the record's name without copying it (the name is copied only to
                 // report a workflow this engine does not know).
                 let compiled =
@@ -849,34 +853,30 @@ impl Engine {
                 (run.status, compiled, trigger)
             });
         })?;
-        // The trigger this drive uses without parsing: an edited one, or the caller's copy of the stored one.
+        // The trigger this drive uses without parsing: the caller's copy of the stored one.
         let held_trigger = match given {
             Trigger::Known(known) if known_is_stored => Some(known),
             Trigger::Canonical(held) if known_is_stored => Some(held.document),
-            _ => edited_trigger,
+            _ => None,
         };
         let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         match status {
-            RunStatus::Succeeded | RunStatus::Failed if walking => {}
-            // Read in the same look as the walk is decided on: a replay that began meanwhile has set the run running.
-            _ if walking => return Err(self.not_finished(run_id, status, paused_at)?),
             RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused => return Ok(status),
             RunStatus::Pending | RunStatus::Running => {}
         }
         let compiled = compiled.map_err(Error::UnknownWorkflow)?;
-        // Never driven before (a replay walks a finished run, whose keys exist).
+        // Never driven before (a replay, set running by `Ledger::begin_replay`, walks a finished run, whose keys
+        // exist).
         let new_run = status == RunStatus::Pending;
         if new_run {
             self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
             self.observer.event(&Event::RunStarted { run_id, workflow: &compiled.workflow.name });
-        } else if walking {
-            self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
         }
         let stored_trigger =
             stored_trigger.transpose().map_err(|e| Error::Corrupt(format!("trigger of run {run_id}: {e}")))?;
         let trigger = held_trigger
             .or(stored_trigger.as_ref())
-            .expect("parsed above unless an edited trigger or the stored document is given");
+            .expect("parsed above unless the caller's copy is the stored document");
         // The outputs of a workflow's first steps are held in the drive's own state (a workflow has a few steps), not
         // in a heap block of their own that every later step would read.
         let mut outputs: SmallVec<[StepOutput; 4]> = SmallVec::new();

@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, ResolutionRecord, Result, RunRecord,
-    RunStatus, StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, ResolutionRecord, Result,
+    RunRecord, RunStatus, StepRecord,
 };
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
@@ -352,6 +352,23 @@ impl Ledger for MemoryLedger {
         run.updated_ms = now_ms;
         inner.set_run_indexes(run_id, Some(old), status);
         Ok(())
+    }
+
+    fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
+        let mut inner = self.lock();
+        let Some(run) = inner.runs.get_mut(run_id) else {
+            return Err(Error::NotFound { what: format!("run {run_id}") });
+        };
+        if !Replay::may_begin(run.status) {
+            return Ok(Replay::Refused { status: run.status, reason: run.reason.clone() });
+        }
+        let old = run.status;
+        run.status = RunStatus::Running;
+        run.reason = None;
+        run.trigger = trigger.to_vec();
+        run.updated_ms = now_ms;
+        inner.set_run_indexes(run_id, Some(old), RunStatus::Running);
+        Ok(Replay::Begun)
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {

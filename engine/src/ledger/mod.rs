@@ -197,6 +197,23 @@ pub struct RunRecord {
     pub updated_ms: u64,
 }
 
+/// What [`Ledger::begin_replay`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// The run was finished; it is running now, with the edited trigger.
+    Begun,
+    /// The run is not finished (pending, running or paused, for `reason`): nothing was written.
+    Refused { status: RunStatus, reason: Option<String> },
+}
+
+impl Replay {
+    /// Whether a run in `status` may be replayed: it has succeeded, or failed (its steps definitely did not apply,
+    /// or a person aborted it).
+    pub fn may_begin(status: RunStatus) -> bool {
+        matches!(status, RunStatus::Succeeded | RunStatus::Failed)
+    }
+}
+
 /// A webhook delivery to record in the inbox.
 #[derive(Debug, Clone)]
 pub struct Delivery<'a> {
@@ -425,6 +442,13 @@ pub trait Ledger: Send + Sync {
         Ok(self.get_run(run_id)?.map(|run| run.status))
     }
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()>;
+    /// Begins a replay of a finished run: in one transaction, and only while the run has succeeded or failed, sets it
+    /// running (no reason, updated at `now_ms`) with `trigger` (canonical JSON) as its trigger from now on. So of two
+    /// replays begun at once the second finds the run running and is refused, and a worker that resumes the run
+    /// after a crash mid-replay drives it with the edited trigger, as the replay would have. A run in any other
+    /// status is refused with what was found ([`Replay::Refused`]) and nothing written; an unknown run is
+    /// [`Error::NotFound`].
+    fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay>;
     /// Ids of runs that are pending or running, sorted.
     fn unfinished_runs(&self) -> Result<Vec<String>>;
     /// Ids of paused runs, sorted.

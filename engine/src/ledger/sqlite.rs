@@ -99,8 +99,8 @@ use smallvec::SmallVec;
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, Result,
-    RunRecord, RunStatus, Status, StepOutcome, StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, Resolution, ResolutionRecord,
+    Result, RunRecord, RunStatus, Status, StepOutcome, StepRecord,
 };
 use crate::fastmap::FastMap;
 use crate::key::Key;
@@ -1739,6 +1739,43 @@ impl Ledger for SqliteLedger {
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
         self.write_one_cached(|conn, cache| Ok(((), update_run_status(conn, cache, run_id, status, reason, now_ms)?)))
+    }
+
+    fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
+        // One transaction, begun IMMEDIATE: the status is read under the write lock, so of two replays begun at once
+        // (in two processes) the second reads the first's `running` and is refused.
+        self.write_cached(|conn, cache| {
+            let loaded;
+            let run = match known_run(conn, cache, run_id)? {
+                Some(known) => known,
+                None => {
+                    loaded = load_run(conn, run_id)?;
+                    loaded.as_ref()
+                }
+            };
+            let Some(run) = run else {
+                return Err(Error::NotFound { what: format!("run {run_id}") });
+            };
+            if !Replay::may_begin(run.status) {
+                let refused = Replay::Refused { status: run.status, reason: run.reason.clone() };
+                return Ok((refused, Commit::MayWait));
+            }
+            let mut stmt = conn
+                .prepare_cached(
+                    "UPDATE runs SET status = ?2, reason = NULL, trigger = ?3, updated_ms = ?4, unfinished = 1 \
+                     WHERE run_id = ?1",
+                )
+                .map_err(storage)?;
+            stmt.execute(params![run_id, RunStatus::Running.as_str(), trigger, to_sql(now_ms)]).map_err(storage)?;
+            if let Cached::Hit(run) = cache.run_mut(run_id) {
+                run.status = RunStatus::Running;
+                run.reason = None;
+                run.trigger = trigger.to_vec();
+                run.updated_ms = now_ms;
+            }
+            // At once, before the replay's first claim: a crash after it resumes the run with the edited trigger.
+            Ok((Replay::Begun, Commit::Now))
+        })
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {
