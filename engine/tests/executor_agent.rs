@@ -38,51 +38,48 @@ async fn an_agent_crash_at_each_point_keeps_each_action_to_one_effect() {
         (CrashPoint::AfterCallBeforeRecord, 4, 1),
     ];
     let classes: Vec<ActionSpec> = vec![keyed("act", 60_000, false), lookup("act", 5)];
-    for spec in classes {
-        for &(point, nth, planner_calls) in &table {
-            let name = format!("{} crash {point:?} #{nth}", spec.class.name());
-            let tools = Scripted::with_lag("tools", vec![spec.clone()], &[], 2);
-            let desk = Scripted::new("desk", vec![keyed("reply", 60_000, false)], &[]);
-            let planner = FlakyPlanner::new("tools.act", WRITES);
-            let ledger = memory_ledger();
-            let crashing = Recorder::halting_at(point, nth);
-            let connectors = [tools.clone() as _, desk.clone() as _];
-            let planners: [(&str, Arc<dyn Planner>); 1] = [("model", planner.clone())];
-            let first =
-                engine(config("w1"), ledger.clone(), crashing.clone(), &connectors, &planners, &[agent_workflow()]);
-            first.create_run("triage", "r1", &engine::doc!({"ticket": 9})).unwrap();
-            assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
-            drop(first);
-            let recorder = Recorder::new();
-            let second =
-                engine(config("w2"), ledger.clone(), recorder.clone(), &connectors, &planners, &[agent_workflow()]);
-            assert_eq!(
-                second.resume_unfinished().await.unwrap(),
-                vec![("r1".to_string(), RunStatus::Succeeded)],
-                "{name}"
-            );
+    // The restarted worker waits out the crashed one's lease: every case at once, so the test waits about one lease.
+    let cases = classes.into_iter().flat_map(|spec| table.iter().map(move |&row| (spec.clone(), row)));
+    join_all(cases.map(|(spec, (point, nth, planner_calls))| async move {
+        let name = format!("{} crash {point:?} #{nth}", spec.class.name());
+        let tools = Scripted::with_lag("tools", vec![spec.clone()], &[], 2);
+        let desk = Scripted::new("desk", vec![keyed("reply", 60_000, false)], &[]);
+        let planner = FlakyPlanner::new("tools.act", WRITES);
+        let ledger = memory_ledger();
+        let crashing = Recorder::halting_at(point, nth);
+        let connectors = [tools.clone() as _, desk.clone() as _];
+        let planners: [(&str, Arc<dyn Planner>); 1] = [("model", planner.clone())];
+        let first =
+            engine(short_lease("w1"), ledger.clone(), crashing.clone(), &connectors, &planners, &[agent_workflow()]);
+        first.create_run("triage", "r1", &engine::doc!({"ticket": 9})).unwrap();
+        assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
+        drop(first);
+        let recorder = Recorder::new();
+        let second =
+            engine(config("w2"), ledger.clone(), recorder.clone(), &connectors, &planners, &[agent_workflow()]);
+        assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)], "{name}");
 
-            let effects = tools.effects();
-            assert_eq!(effects.len(), WRITES, "{name}: {effects:?}");
-            let mut keys: Vec<_> = effects.iter().map(|e| e.key).collect();
-            keys.sort();
-            keys.dedup();
-            assert_eq!(keys.len(), WRITES, "{name}: each write has its own key");
-            // All writes come from one plan (the planner answers differently each time it is asked).
-            assert!(effects.iter().all(|e| e.inputs["answer"] == effects[0].inputs["answer"]), "{name}: {effects:?}");
-            assert_eq!(planner.call_count(), planner_calls, "{name}");
-            assert_eq!(desk.effects().len(), 1, "{name}");
-            // The later step read the agent step's output.
-            assert_eq!(desk.effects()[0].inputs["n"], json!(3), "{name}");
-            if point != CrashPoint::WhilePlanning {
-                assert_eq!(recorder.count("plan think 3 reused=true"), 1, "{name}: {:?}", recorder.lines());
-            }
-            // A replay afterwards makes no call at all.
-            let calls = tools.calls().len();
-            assert_eq!(second.replay("r1", &engine::doc!({"ticket": 9})).await.unwrap(), RunStatus::Succeeded);
-            assert_eq!((tools.calls().len(), planner.call_count()), (calls, planner_calls), "{name}");
+        let effects = tools.effects();
+        assert_eq!(effects.len(), WRITES, "{name}: {effects:?}");
+        let mut keys: Vec<_> = effects.iter().map(|e| e.key).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), WRITES, "{name}: each write has its own key");
+        // All writes come from one plan (the planner answers differently each time it is asked).
+        assert!(effects.iter().all(|e| e.inputs["answer"] == effects[0].inputs["answer"]), "{name}: {effects:?}");
+        assert_eq!(planner.call_count(), planner_calls, "{name}");
+        assert_eq!(desk.effects().len(), 1, "{name}");
+        // The later step read the agent step's output.
+        assert_eq!(desk.effects()[0].inputs["n"], json!(3), "{name}");
+        if point != CrashPoint::WhilePlanning {
+            assert_eq!(recorder.count("plan think 3 reused=true"), 1, "{name}: {:?}", recorder.lines());
         }
-    }
+        // A replay afterwards makes no call at all.
+        let calls = tools.calls().len();
+        assert_eq!(second.replay("r1", &engine::doc!({"ticket": 9})).await.unwrap(), RunStatus::Succeeded);
+        assert_eq!((tools.calls().len(), planner.call_count()), (calls, planner_calls), "{name}");
+    }))
+    .await;
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ async fn list_and_resolve_paused_runs_from_the_command_line() {
         Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout, Fate::ApplyThenTimeout]);
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path, Options::default()).unwrap());
     let engine = engine(
-        disk_config("w1"),
+        config("w1"),
         ledger.clone(),
         Recorder::new(),
         &[connector.clone()],

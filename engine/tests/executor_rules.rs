@@ -610,11 +610,12 @@ async fn a_step_whose_action_was_edited_pauses_instead_of_taking_the_old_actions
     let connector = Scripted::new("api", actions(), &[]);
     let ledger = memory_ledger();
     let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 1);
-    let old = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[step("api.email")]);
+    let old =
+        engine(short_lease("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[step("api.email")]);
     old.create_run("wf", "r1", &trigger).unwrap();
     assert_eq!(drive_until_halt(&old, &crashing, "r1").await, None);
     let key = connector.calls()[0].key;
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await; // the dead worker's lease expires
+    // The edited workflow's drive waits out the dead worker's lease on the key (read from the ledger), then decides.
     let recorder = Recorder::new();
     let edited = engine(config("w2"), ledger.clone(), recorder.clone(), &[connector.clone()], &[], &[step("api.sms")]);
     assert_eq!(edited.drive("r1").await.unwrap(), RunStatus::Paused);
@@ -634,22 +635,25 @@ async fn a_step_whose_action_was_edited_pauses_instead_of_taking_the_old_actions
 
 #[tokio::test]
 async fn two_workers_driving_one_run_execute_each_key_once() {
-    for spec in [keyed("charge", 60_000, false), lookup("charge", 5), at_most_once("charge")] {
+    // The worker that finds a key claimed by the other waits out that lease, then replays the key's record: every
+    // class at once, so the test waits about one lease.
+    join_all([keyed("charge", 60_000, false), lookup("charge", 5), at_most_once("charge")].map(|spec| async move {
         let connector = Scripted::new("api", vec![spec.clone()], &[]);
         let ledger = memory_ledger();
         let wf = json!({"name": "wf", "steps": [
             {"id": "a", "action": "api.charge", "inputs": {"n": 1}},
             {"id": "b", "action": "api.charge", "inputs": {"n": 2}},
         ]});
-        let one = engine(config("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf.clone()]);
-        let two = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+        let one = engine(short_lease("w1"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf.clone()]);
+        let two = engine(short_lease("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
         one.create_run("wf", "r1", &engine::doc!({})).unwrap();
         assert!(!two.create_run("wf", "r1", &engine::doc!({})).unwrap(), "create_run is idempotent");
         let (a, b) = tokio::join!(one.drive("r1"), two.drive("r1"));
         assert_eq!((a.unwrap(), b.unwrap()), (RunStatus::Succeeded, RunStatus::Succeeded), "{}", spec.class.name());
         assert_eq!(connector.effects().len(), 2, "{}", spec.class.name());
         assert_eq!(connector.calls().len(), 2, "{}", spec.class.name());
-    }
+    }))
+    .await;
 }
 
 /// A run's first drive claims its keys without reading them first (they are almost always new). When a key of a
@@ -706,14 +710,15 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         (at_most_once("charge"), CrashPoint::BeforeCall, RunStatus::Paused, 0, 0),
         (at_most_once("charge"), CrashPoint::AfterCallBeforeRecord, RunStatus::Paused, 1, 1),
     ];
-    for ((spec, point, status, calls, effects), (ledger_name, ledger)) in
-        table.into_iter().flat_map(|row| ledgers().into_iter().map(move |l| (row.clone(), l)))
-    {
+    // The restarted worker waits out the crashed one's lease: every case at once, so the test waits about one lease.
+    let cases = table.into_iter().flat_map(|row| ledgers().into_iter().map(move |l| (row.clone(), l)));
+    join_all(cases.map(|((spec, point, status, calls, effects), (ledger_name, ledger))| async move {
         let name = format!("{ledger_name}: {} crash {point:?}", spec.class.name());
         let connector = Scripted::with_lag("api", vec![spec], &[], 2);
         let crashing = Recorder::halting_at(point, 1);
         let wf = one_step("wf", "api.charge");
-        let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        let first =
+            engine(short_lease("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
         first.create_run("wf", "r1", &engine::doc!({"email": "a", "amount": 1})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
         drop(first);
@@ -721,7 +726,8 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         let resumed = second.resume_unfinished().await.unwrap();
         assert_eq!(resumed, vec![("r1".to_string(), status)], "{name}");
         assert_eq!((connector.calls().len(), connector.effects().len()), (calls, effects), "{name}");
-    }
+    }))
+    .await;
 }
 
 /// A re-drive replays the steps done before the crash: an output a later step names is read back from the ledger (the
@@ -739,7 +745,8 @@ async fn a_re_drive_reads_back_the_outputs_later_steps_name_and_hashes_the_input
             {"id": "third", "action": "api.a", "inputs": {"after": "third of {{trigger.email}}"}}
         ]});
         let crashing = Recorder::halting_at(CrashPoint::BeforeCall, nth);
-        let first = engine(config("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        let first =
+            engine(short_lease("w1"), ledger.clone(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
         first.create_run("wf", "r1", &engine::doc!({"email": "a@x"})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
         drop(first);
@@ -815,11 +822,11 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
     ]});
     {
         let crashing = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 2);
-        let first = engine(disk_config("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
+        let first = engine(short_lease("w1"), open(), crashing.clone(), &[connector.clone()], &[], &[wf.clone()]);
         first.create_run("wf", "r1", &engine::doc!({"amount": 3})).unwrap();
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
     }
-    let second = engine(disk_config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
+    let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
     assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
     assert_eq!(connector.calls().len(), 2, "the payout was not resent after the crash");
     {

@@ -31,7 +31,7 @@ fn bank(script: &[Fate]) -> Arc<Scripted> {
 async fn ledger_with_real_paused_runs(path: &Path, runs: &[&str]) {
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(path, Options::default()).unwrap());
     let connector = bank(&vec![Fate::ApplyThenTimeout; runs.len()]);
-    let engine = engine(disk_config("w1"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
+    let engine = engine(config("w1"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
     for run in runs {
         assert_eq!(engine.start_run("wf", run, &engine::doc!({"amount": 1})).await.unwrap(), RunStatus::Paused);
     }
@@ -128,7 +128,7 @@ async fn mark_done_takes_any_json_value_as_the_step_s_output() {
     // A worker applies each decision: the payout is not sent again, and the note gets the output marked done.
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path, Options::default()).unwrap());
     let connector = bank(&[]);
-    let engine = engine(disk_config("w2"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
+    let engine = engine(config("w2"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
     let resumed = engine.resume_unfinished().await.unwrap();
     assert_eq!(resumed, runs.iter().map(|run| (run.to_string(), RunStatus::Succeeded)).collect::<Vec<_>>());
     assert!(connector.calls().iter().all(|call| call.action == "note"), "{:?}", connector.calls());

@@ -18,7 +18,9 @@ use engine::ledger::memory::MemoryLedger;
 use engine::workflow::Workflow;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 /// What the next call to a scripted action does.
@@ -328,22 +330,50 @@ impl Observer for Recorder {
     }
 }
 
-/// Test settings: small waits so real-time runs stay fast.
+/// A lease no test waits out. The engine tests run on real tokio in real time, many at once on a machine that may be
+/// loaded, and a worker sends a call only while half its lease is left after its claim: a lease of a few tens of ms
+/// could be half spent before the call went, or run out mid-step, and fail a test that is not about leases.
+pub const LEASE_MS: u64 = 60_000;
+
+/// The lease of a worker whose lease a test means to expire: one that crashes holding a key another worker then
+/// takes over, or one of two workers racing for a run (the one that finds a key claimed waits out the other's lease).
+/// The engine that takes over waits the lease out itself, reading the key's record until it has expired, so no test
+/// sleeps on a guess. A second keeps that wait short while leaving the worker half a second from its claim to its
+/// send (an fsync included, on a ledger file) and the whole second for its call: far more than a loaded machine
+/// delays a task.
+pub const SHORT_LEASE_MS: u64 = 1_000;
+
+/// Test settings: small waits so real-time runs stay fast, and a lease of [`LEASE_MS`] (a test of expiry gives its
+/// worker [`short_lease`]).
 pub fn config(worker: &str) -> EngineConfig {
     let mut config = EngineConfig::new(worker);
-    config.lease_ms = 40;
+    config.lease_ms = LEASE_MS;
     config.seed = 7;
     config.retry =
         RetryPolicy { attempt_count_max: 4, backoff_ms_base: 1, backoff_ms_max: 4, request_transit_ms_max: 0 };
     config
 }
 
-/// [`config`] for an engine on a ledger file: a lease of a second. A worker sends only while half its lease is left
-/// after its claim, and the claim of an at-most-once or lookup action is committed first, which on a file is an
-/// fsync (`synchronous=FULL`, the default): on a loaded machine that can take longer than half of 40 ms, and the
-/// call would not be sent.
-pub fn disk_config(worker: &str) -> EngineConfig {
-    EngineConfig { lease_ms: 1_000, ..config(worker) }
+/// [`config`] with a lease of [`SHORT_LEASE_MS`], for a worker whose lease a test means to expire.
+pub fn short_lease(worker: &str) -> EngineConfig {
+    EngineConfig { lease_ms: SHORT_LEASE_MS, ..config(worker) }
+}
+
+/// Runs `cases` at once on the test's task and returns when all have finished; a panic in one is the test's. For
+/// test cases that each wait out a lease in real time: together they wait about one lease, not one each.
+pub async fn join_all<F: Future<Output = ()>>(cases: impl IntoIterator<Item = F>) {
+    let mut cases: Vec<Option<Pin<Box<F>>>> = cases.into_iter().map(|case| Some(Box::pin(case))).collect();
+    std::future::poll_fn(|cx| {
+        for slot in &mut cases {
+            if let Some(case) = slot
+                && case.as_mut().poll(cx).is_ready()
+            {
+                *slot = None;
+            }
+        }
+        if cases.iter().all(Option::is_none) { Poll::Ready(()) } else { Poll::Pending }
+    })
+    .await;
 }
 
 /// An engine over `ledger` with the connectors, planners and workflows given (workflows as JSON text).
