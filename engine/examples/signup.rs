@@ -99,8 +99,10 @@ mod demo {
     use std::sync::{Arc, Mutex};
 
     const RUN: &str = "signup-1";
-    /// `w1`'s lease on a key: `w2` may take a key over only after it, so it is short here.
-    const LEASE_MS: u64 = 300;
+    /// `w1`'s lease on a key: `w2` may take a key over only after it, so it is short here; but a second, not less: a
+    /// worker sends only while half its lease is left after its claim, which on a ledger file is an fsync, and a
+    /// loaded machine (the tests run this beside others) can stall a claim for tens of milliseconds.
+    const LEASE_MS: u64 = 1_000;
 
     /// What an API saw and did: calls and lookups made to it, and effects (objects created, emails sent) per action.
     #[derive(Default)]

@@ -7,18 +7,12 @@ use common::*;
 use engine::canonical;
 use engine::connector::Connector;
 use engine::event::CrashPoint;
-use engine::executor::{Engine, EngineConfig, Error};
+use engine::executor::{Engine, Error};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Replay, RunRecord, RunStatus};
 use serde_json::json;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
-
-/// A lease a resumed worker waits out (the crashed worker's claim) in about a second; long enough that a claim is
-/// never judged expired by its own worker on a loaded machine.
-fn short_lease(worker: &str) -> EngineConfig {
-    EngineConfig { lease_ms: 1_000, ..config(worker) }
-}
 
 /// charge (keyed) then a welcome email (at-most-once) to the trigger's address.
 fn charge_then_email() -> serde_json::Value {
@@ -87,7 +81,7 @@ async fn a_crash_mid_replay_resumes_the_edit_and_pauses_at_the_step_it_may_have_
         assert_eq!(run.trigger, canonical::to_vec(&edited).unwrap(), "{name}: the run holds the edited trigger");
 
         let resumed = engine(
-            short_lease("w2"),
+            config("w2"),
             ledger.clone(),
             Recorder::new(),
             &[connector.clone() as Arc<dyn Connector>],
