@@ -336,6 +336,16 @@ mod demo {
         fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> ledger::Result<Replay> {
             self.ledger.begin_replay(run_id, trigger, now_ms)
         }
+        fn finish_drive(
+            &self,
+            run_id: &str,
+            replays: u32,
+            status: RunStatus,
+            reason: Option<&str>,
+            now_ms: u64,
+        ) -> ledger::Result<bool> {
+            self.ledger.finish_drive(run_id, replays, status, reason, now_ms)
+        }
         fn unfinished_runs(&self) -> ledger::Result<Vec<String>> {
             self.ledger.unfinished_runs()
         }
@@ -912,6 +922,7 @@ mod demo {
                     reason: None,
                     created_ms: 1,
                     updated_ms: 1,
+                    replays: 0,
                 };
                 assert!(ledger.create_run(run).expect("the run"));
             }

@@ -234,6 +234,14 @@ impl<T> End<T> {
     }
 }
 
+/// How one walk of a run's steps ended ([`Engine::drive_walk`]).
+enum Walked {
+    /// The run's status, written by this walk or found.
+    Ended(RunStatus),
+    /// A replay began while it walked: it walked the old trigger, and wrote nothing of its end.
+    Superseded,
+}
+
 /// Where a drive gets the run's trigger.
 #[derive(Clone, Copy)]
 enum Trigger<'a> {
@@ -638,6 +646,7 @@ impl Engine {
             reason: None,
             created_ms: now_ms,
             updated_ms: now_ms,
+            replays: 0,
         };
         Ok(self.ledger.create_run(run)?)
     }
@@ -818,6 +827,7 @@ impl Engine {
             reason: None,
             created_ms: now_ms,
             updated_ms: now_ms,
+            replays: 0,
         };
         let intake = self.ledger.intake(&inbox, run).map_err(|e| webhook::Error::Ledger(e.to_string()))?;
         if let Intake::Duplicate { run_id } = &intake {
@@ -830,7 +840,22 @@ impl Engine {
         Ok(intake)
     }
 
+    /// Drives the run until it succeeds, fails or pauses ([`Engine::drive_walk`]). A drive that finds at its end that
+    /// a replay began meanwhile walked the old trigger: it drives the run again, with the trigger the replay stored,
+    /// so that what it returns is the run's status, not the old walk's.
     async fn drive_with(&self, run_id: &str, given: Trigger<'_>) -> Result<RunStatus, Error> {
+        let mut given = given;
+        loop {
+            match self.drive_walk(run_id, given).await? {
+                Walked::Ended(status) => return Ok(status),
+                Walked::Superseded => given = Trigger::Stored,
+            }
+        }
+    }
+
+    /// One walk of the run's steps with the trigger it holds (or the caller's copy of it), ended with the run's new
+    /// status, unless a replay began meanwhile ([`Ledger::finish_drive`]).
+    async fn drive_walk(&self, run_id: &str, given: Trigger<'_>) -> Result<Walked, Error> {
         // Read in place: the status, the compiled workflow and (unless the run ends here or the caller's copy is the
         // same document) the parsed trigger, without copying the run's record.
         let mut read = None;
@@ -850,7 +875,7 @@ impl Engine {
                 // report a workflow this engine does not know).
                 let compiled =
                     self.workflows.get(&*run.workflow).cloned().ok_or_else(|| String::from(run.workflow.as_str()));
-                (run.status, compiled, trigger)
+                (run.status, compiled, trigger, run.replays)
             });
         })?;
         // The trigger this drive uses without parsing: the caller's copy of the stored one.
@@ -859,9 +884,9 @@ impl Engine {
             Trigger::Canonical(held) if known_is_stored => Some(held.document),
             _ => None,
         };
-        let (status, compiled, stored_trigger) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
+        let (status, compiled, stored_trigger, replays) = read.ok_or_else(|| Error::UnknownRun(run_id.to_string()))?;
         match status {
-            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused => return Ok(status),
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Paused => return Ok(Walked::Ended(status)),
             RunStatus::Pending | RunStatus::Running => {}
         }
         let compiled = compiled.map_err(Error::UnknownWorkflow)?;
@@ -903,20 +928,38 @@ impl Engine {
             match end {
                 End::Done(output) => outputs.push(output),
                 End::Paused { reason, key } => {
-                    self.ledger.set_run_status(run_id, RunStatus::Paused, Some(&reason), self.clock.now_ms())?;
+                    if !self.ledger.finish_drive(
+                        run_id,
+                        replays,
+                        RunStatus::Paused,
+                        Some(&reason),
+                        self.clock.now_ms(),
+                    )? {
+                        return Ok(Walked::Superseded);
+                    }
                     self.observer.event(&Event::RunPaused { run_id, step_id: &step.id, key: &key, reason: &reason });
-                    return Ok(RunStatus::Paused);
+                    return Ok(Walked::Ended(RunStatus::Paused));
                 }
                 End::Failed { reason } => {
-                    self.ledger.set_run_status(run_id, RunStatus::Failed, Some(&reason), self.clock.now_ms())?;
+                    if !self.ledger.finish_drive(
+                        run_id,
+                        replays,
+                        RunStatus::Failed,
+                        Some(&reason),
+                        self.clock.now_ms(),
+                    )? {
+                        return Ok(Walked::Superseded);
+                    }
                     self.observer.event(&Event::RunFailed { run_id, reason: &reason });
-                    return Ok(RunStatus::Failed);
+                    return Ok(Walked::Ended(RunStatus::Failed));
                 }
             }
         }
-        self.ledger.set_run_status(run_id, RunStatus::Succeeded, None, self.clock.now_ms())?;
+        if !self.ledger.finish_drive(run_id, replays, RunStatus::Succeeded, None, self.clock.now_ms())? {
+            return Ok(Walked::Superseded);
+        }
         self.observer.event(&Event::RunSucceeded { run_id });
-        Ok(RunStatus::Succeeded)
+        Ok(Walked::Ended(RunStatus::Succeeded))
     }
 
     async fn run_action_step(

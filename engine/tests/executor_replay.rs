@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use engine::canonical;
-use engine::connector::Connector;
+use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, Outcome, Request};
 use engine::event::CrashPoint;
 use engine::executor::{Engine, Error};
 use engine::ledger::sqlite::{Options, SqliteLedger};
@@ -101,7 +101,7 @@ async fn a_crash_mid_replay_resumes_the_edit_and_pauses_at_the_step_it_may_have_
 #[tokio::test]
 async fn a_second_replay_begun_while_one_is_in_flight_is_refused() {
     for (name, ledger) in ledgers() {
-        let connector = Scripted::with_lag("api", vec![keyed("charge", 60_000, false)], &[], 50);
+        let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
         let wf = json!({"name": "wf", "steps": [
             {"id": "charge", "action": "api.charge", "inputs": {"amount": "{{trigger.amount}}"}}
         ]});
@@ -142,6 +142,7 @@ async fn a_replay_of_a_run_of_an_unknown_workflow_leaves_the_run_finished() {
             reason: None,
             created_ms: 1,
             updated_ms: 2,
+            replays: 0,
         };
         ledger.create_run(run.clone()).unwrap();
         let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &[], &[], &[]);
@@ -171,6 +172,7 @@ fn two_processes_beginning_a_replay_at_once_cannot_both_begin() {
             reason: None,
             created_ms: 1,
             updated_ms: 2,
+            replays: 0,
         };
         setup.create_run(run).unwrap();
         let barrier = Arc::new(Barrier::new(2));
@@ -209,6 +211,7 @@ fn begin_replay_sets_a_finished_run_running_with_the_new_trigger_and_refuses_the
             reason: reason.map(str::to_owned),
             created_ms: 1,
             updated_ms: 2,
+            replays: 0,
         };
         let cases = [
             ("ok", RunStatus::Succeeded, None, true),
@@ -228,6 +231,7 @@ fn begin_replay_sets_a_finished_run_running_with_the_new_trigger_and_refuses_the
                     reason: None,
                     trigger: b"{\"v\":2}".to_vec(),
                     updated_ms: 9,
+                    replays: 1,
                     ..record(id, status, reason)
                 };
                 assert_eq!(stored, want, "{name} {id}");
@@ -239,6 +243,99 @@ fn begin_replay_sets_a_finished_run_running_with_the_new_trigger_and_refuses_the
         }
         assert_eq!(ledger.paused_runs().unwrap(), vec!["paused".to_string()], "{name}");
         let unknown = ledger.begin_replay("nope", b"{}", 9);
+        assert!(matches!(unknown, Err(engine::ledger::Error::NotFound { .. })), "{name}: {unknown:?}");
+    }
+}
+
+/// An API whose one action answers after `delay`: a drive that waits on it is a drive still in flight.
+struct Slow {
+    actions: Vec<ActionSpec>,
+    delay: Duration,
+}
+
+impl Connector for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn actions(&self) -> &[ActionSpec] {
+        &self.actions
+    }
+    fn call<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            Outcome::Applied(engine::doc!({"id": "wait_1"}))
+        })
+    }
+    fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
+        unreachable!("the action has no lookup")
+    }
+}
+
+/// A drive of the old trigger that outlives the start of a replay (a second dispatch of the run, a stalled worker)
+/// must not end the run: here the replay pauses at its edited payout, which may have gone out, and the old drive then
+/// finishes every old step. Writing its "succeeded" over the pause would hide the payout from the person who must
+/// decide about it (and a later replay would edit the edit, leaving the paused key's effect behind in a run that may
+/// end failed: what flowsim found as I3). The old drive drives the run again as it now stands instead, and returns
+/// the pause.
+#[tokio::test]
+async fn a_drive_that_outlives_the_start_of_a_replay_does_not_end_the_run() {
+    for (name, ledger) in ledgers() {
+        let bank = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::Apply, Fate::ApplyThenTimeout]);
+        let slow = Arc::new(Slow { actions: vec![keyed("wait", 60_000, false)], delay: Duration::from_millis(200) });
+        let wf = json!({"name": "wf", "steps": [
+            {"id": "pay", "action": "bank.payout", "inputs": {"amount": "{{trigger.amount}}"}},
+            {"id": "settle", "action": "slow.wait", "inputs": {"ref": "{{trigger.ref}}"}}
+        ]});
+        let connectors = [bank.clone() as Arc<dyn Connector>, slow as Arc<dyn Connector>];
+        let engine = engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[wf]);
+        engine.create_run("wf", "r1", &engine::doc!({"amount": 5, "ref": "x"})).unwrap();
+        let edited = engine::doc!({"amount": 6, "ref": "x"});
+        let old_drive = engine.drive("r1");
+        let meanwhile = async {
+            // The old drive has paid and waits on `settle`; another drive of the run is taken to have ended it (its
+            // keys are the old drive's), and then a person replays it with an edited amount.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(bank.effects().len(), 1, "{name}: the old drive paid");
+            ledger.set_run_status("r1", RunStatus::Succeeded, None, 1).unwrap();
+            engine.replay("r1", &edited).await
+        };
+        let (old, replayed) = tokio::join!(old_drive, meanwhile);
+        assert_eq!(replayed.unwrap(), RunStatus::Paused, "{name}: the edited payout timed out after it applied");
+        assert_eq!(old.unwrap(), RunStatus::Paused, "{name}: the old drive returns the run as it stands");
+        let run = ledger.get_run("r1").unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Paused, "{name}: the pause stands");
+        let reason = run.reason.unwrap();
+        assert!(reason.contains("pay") && reason.contains("[key "), "{name}: {reason}");
+        assert_eq!(run.trigger, canonical::to_vec(&edited).unwrap(), "{name}");
+        assert_eq!(bank.effects().len(), 2, "{name}: one payout per key, none again without a person");
+    }
+}
+
+/// The ledger's side: a drive's end is written only while the run has seen as many replays as when it began.
+#[test]
+fn finish_drive_writes_only_for_the_replays_it_began_under() {
+    for (name, ledger) in ledgers() {
+        let run = RunRecord {
+            run_id: "r1".into(),
+            workflow: "wf".into(),
+            status: RunStatus::Running,
+            trigger: b"{}".to_vec(),
+            reason: None,
+            created_ms: 1,
+            updated_ms: 2,
+            replays: 0,
+        };
+        ledger.create_run(run.clone()).unwrap();
+        assert!(ledger.finish_drive("r1", 0, RunStatus::Succeeded, None, 3).unwrap(), "{name}");
+        assert_eq!(ledger.run_status("r1").unwrap(), Some(RunStatus::Succeeded), "{name}");
+        assert_eq!(ledger.begin_replay("r1", b"{\"v\":2}", 4).unwrap(), Replay::Begun, "{name}");
+        assert!(!ledger.finish_drive("r1", 0, RunStatus::Succeeded, None, 5).unwrap(), "{name}: an old drive's end");
+        let stored = ledger.get_run("r1").unwrap().unwrap();
+        assert_eq!((stored.status, stored.updated_ms, stored.replays), (RunStatus::Running, 4, 1), "{name}");
+        assert_eq!(ledger.unfinished_runs().unwrap(), vec!["r1".to_string()], "{name}: still listed");
+        assert!(ledger.finish_drive("r1", 1, RunStatus::Paused, Some("why"), 6).unwrap(), "{name}");
+        assert_eq!(ledger.paused_runs().unwrap(), vec!["r1".to_string()], "{name}");
+        let unknown = ledger.finish_drive("nope", 0, RunStatus::Succeeded, None, 7);
         assert!(matches!(unknown, Err(engine::ledger::Error::NotFound { .. })), "{name}: {unknown:?}");
     }
 }

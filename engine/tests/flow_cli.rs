@@ -540,6 +540,7 @@ fn paused_and_resolve_escape_what_would_forge_a_line_or_a_column() {
         reason: None,
         created_ms: 1,
         updated_ms: 1,
+        replays: 0,
     };
     assert!(ledger.create_run(run).unwrap());
     let reason = format!("line one\nline two\tcolumn [key {}]", "cd".repeat(32));

@@ -377,6 +377,7 @@ fn a_ledger_a_worker_holds_exclusively_is_locked_not_bad_input() {
         reason: None,
         created_ms: 3,
         updated_ms: 3,
+        replays: 0,
     };
     assert!(worker.create_run(run).unwrap(), "a write takes the worker's lock");
     assert_eq!(names(dir.path()), ["flow.db", "flow.db-wal"]);

@@ -128,6 +128,7 @@ fn run_of(run_id: &str, status: RunStatus) -> RunRecord {
         reason: None,
         created_ms: 5,
         updated_ms: 5,
+        replays: 0,
     }
 }
 

@@ -125,6 +125,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
                 reason: None,
                 created_ms: 1,
                 updated_ms: 1,
+                replays: 0,
             };
             format!("{:?}", l.create_run(record.clone()))
         }

@@ -187,6 +187,30 @@ struct Rejected {
 }
 
 impl MemoryLedger {
+    /// Sets run `run_id` to `status`, unless `replays` is given and the run has seen another count of replays;
+    /// returns whether it wrote ([`Ledger::set_run_status`], [`Ledger::finish_drive`]).
+    fn set_status(
+        &self,
+        run_id: &str,
+        replays: Option<u32>,
+        status: RunStatus,
+        reason: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool> {
+        let mut inner = self.lock();
+        let Some(run) = inner.runs.get_mut(run_id) else {
+            return Err(Error::NotFound { what: format!("run {run_id}") });
+        };
+        if replays.is_some_and(|replays| replays != run.replays) {
+            return Ok(false);
+        }
+        let old = run.status;
+        run.status = status;
+        run.reason = reason.map(str::to_owned);
+        run.updated_ms = now_ms;
+        inner.set_run_indexes(run_id, Some(old), status);
+        Ok(true)
+    }
     pub fn new() -> Self {
         Self::default()
     }
@@ -342,16 +366,7 @@ impl Ledger for MemoryLedger {
     }
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        let mut inner = self.lock();
-        let Some(run) = inner.runs.get_mut(run_id) else {
-            return Err(Error::NotFound { what: format!("run {run_id}") });
-        };
-        let old = run.status;
-        run.status = status;
-        run.reason = reason.map(str::to_owned);
-        run.updated_ms = now_ms;
-        inner.set_run_indexes(run_id, Some(old), status);
-        Ok(())
+        self.set_status(run_id, None, status, reason, now_ms).map(|_| ())
     }
 
     fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
@@ -367,8 +382,20 @@ impl Ledger for MemoryLedger {
         run.reason = None;
         run.trigger = trigger.to_vec();
         run.updated_ms = now_ms;
+        run.replays += 1;
         inner.set_run_indexes(run_id, Some(old), RunStatus::Running);
         Ok(Replay::Begun)
+    }
+
+    fn finish_drive(
+        &self,
+        run_id: &str,
+        replays: u32,
+        status: RunStatus,
+        reason: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool> {
+        self.set_status(run_id, Some(replays), status, reason, now_ms)
     }
 
     fn unfinished_runs(&self) -> Result<Vec<String>> {

@@ -195,6 +195,9 @@ pub struct RunRecord {
     pub reason: Option<String>,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// How many replays of the run have begun ([`Ledger::begin_replay`]): the generation of its trigger. A drive ends
+    /// the run only while this is still the count it started under ([`Ledger::finish_drive`]).
+    pub replays: u32,
 }
 
 /// What [`Ledger::begin_replay`] did.
@@ -449,6 +452,18 @@ pub trait Ledger: Send + Sync {
     /// status is refused with what was found ([`Replay::Refused`]) and nothing written; an unknown run is
     /// [`Error::NotFound`].
     fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay>;
+    /// Ends a drive that started when the run had seen `replays` replays: sets the run to `status` (`reason`,
+    /// `now_ms`) as [`Ledger::set_run_status`] does, but only while the run's [`RunRecord::replays`] is still
+    /// `replays`, in one atomic step. Returns whether it wrote. A drive that started before a replay began walked the
+    /// old trigger's keys: its end (a success, say, over the replay's pause) is not the run's, and nothing is written.
+    fn finish_drive(
+        &self,
+        run_id: &str,
+        replays: u32,
+        status: RunStatus,
+        reason: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool>;
     /// Ids of runs that are pending or running, sorted.
     fn unfinished_runs(&self) -> Result<Vec<String>>;
     /// Ids of paused runs, sorted.

@@ -182,6 +182,10 @@ pub const MIGRATIONS: &[&str] = &[
     DROP INDEX runs_by_status;
     CREATE INDEX runs_unfinished ON runs (run_id) WHERE unfinished = 1;
     CREATE INDEX runs_paused ON runs (run_id) WHERE status = 'paused';",
+    // Version 3. How many replays of a run have begun (`Ledger::begin_replay`): a drive ends the run only while the
+    // count is the one it started under (`Ledger::finish_drive`), so a drive of the old trigger that outlives a
+    // replay's start cannot overwrite the replay's pause or end.
+    "ALTER TABLE runs ADD COLUMN replays INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
@@ -1274,8 +1278,9 @@ fn unfinished_column(status: RunStatus) -> Option<i64> {
 fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
     let mut stmt = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms, unfinished) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT OR IGNORE INTO runs \
+             (run_id, workflow, status, trigger, reason, created_ms, updated_ms, unfinished, replays) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .map_err(storage)?;
     let inserted = stmt
@@ -1288,6 +1293,7 @@ fn insert_run(conn: &Connection, run: &RunRecord) -> Result<bool> {
             to_sql(run.created_ms),
             to_sql(run.updated_ms),
             unfinished_column(run.status),
+            run.replays,
         ])
         .map_err(storage)?;
     Ok(inserted == 1)
@@ -1342,7 +1348,9 @@ fn verify_run(conn: &Connection, run_id: &str, cached: Option<&RunRecord>) -> Re
 
 fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
     let mut stmt = conn
-        .prepare_cached("SELECT workflow, status, trigger, reason, created_ms, updated_ms FROM runs WHERE run_id = ?1")
+        .prepare_cached(
+            "SELECT workflow, status, trigger, reason, created_ms, updated_ms, replays FROM runs WHERE run_id = ?1",
+        )
         .map_err(storage)?;
     let row = stmt
         .query_row([run_id], |r| {
@@ -1353,11 +1361,12 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
                 r.get::<_, Option<String>>(3)?,
                 r.get::<_, i64>(4)?,
                 r.get::<_, i64>(5)?,
+                r.get::<_, u32>(6)?,
             ))
         })
         .optional()
         .map_err(storage)?;
-    let Some((workflow, status, trigger, reason, created, updated)) = row else {
+    let Some((workflow, status, trigger, reason, created, updated, replays)) = row else {
         return Ok(None);
     };
     Ok(Some(RunRecord {
@@ -1368,6 +1377,7 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
         reason,
         created_ms: from_sql(created),
         updated_ms: from_sql(updated),
+        replays,
     }))
 }
 
@@ -1399,33 +1409,39 @@ fn known_step<'c>(conn: &Connection, cache: &'c Cache, key: &Key) -> Result<Opti
     Ok(Some(known))
 }
 
-/// Sets run `run_id` to `status` (`reason`, `now_ms`) and keeps the cache up to date; returns when the write must
-/// commit. [`Ledger::set_run_status`], and a person's decision inside its own transaction.
+/// Sets run `run_id` to `status` (`reason`, `now_ms`) and keeps the cache up to date; returns whether it wrote (with
+/// `replays` given, only while the run has seen that many replays: [`Ledger::finish_drive`]) and when the write must
+/// commit. [`Ledger::set_run_status`], a drive's end, and a person's decision inside its own transaction.
 fn update_run_status(
     conn: &Connection,
     cache: &mut Cache,
     run_id: &str,
+    replays: Option<u32>,
     status: RunStatus,
     reason: Option<&str>,
     now_ms: u64,
-) -> Result<Commit> {
+) -> Result<(bool, Commit)> {
     // Whether the run is unfinished now, when the cache knows: then one statement does.
     let unfinished_now = match known_run(conn, cache, run_id)? {
+        Some(Some(run)) if replays.is_some_and(|replays| replays != run.replays) => {
+            return Ok((false, Commit::MayWait));
+        }
         Some(Some(run)) => Some(run.status.is_unfinished()),
         Some(None) => return Err(Error::NotFound { what: format!("run {run_id}") }),
         None => None,
     };
-    let values = params![run_id, status.as_str(), reason, to_sql(now_ms)];
+    let values = params![run_id, status.as_str(), reason, to_sql(now_ms), replays];
     let update = |sql: &str| conn.prepare_cached(sql).and_then(|mut stmt| stmt.execute(values)).map_err(storage);
     // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
     // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
     // second sets every column: when the first finds the run not unfinished, the two together write what the
-    // second alone would.
-    const STAYS: &str =
-        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 WHERE run_id = ?1 AND unfinished = 1";
-    const ENTERS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 WHERE run_id = ?1";
-    const LEAVES: &str =
-        "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL WHERE run_id = ?1";
+    // second alone would. Each writes only while the run has seen `replays` replays, when that is given (?5).
+    const STAYS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 \
+                         WHERE run_id = ?1 AND unfinished = 1 AND (?5 IS NULL OR replays = ?5)";
+    const ENTERS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 \
+                          WHERE run_id = ?1 AND (?5 IS NULL OR replays = ?5)";
+    const LEAVES: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL \
+                          WHERE run_id = ?1 AND (?5 IS NULL OR replays = ?5)";
     let updated = match (unfinished_column(status), unfinished_now) {
         (Some(_), Some(true)) => update(STAYS)?,
         (Some(_), Some(false)) => update(ENTERS)?,
@@ -1436,6 +1452,10 @@ fn update_run_status(
         (None, _) => update(LEAVES)?,
     };
     if updated == 0 {
+        // A run replayed since the drive began is there, with another count; one that is not there is not found.
+        if replays.is_some() && load_run(conn, run_id)?.is_some() {
+            return Ok((false, Commit::MayWait));
+        }
         return Err(Error::NotFound { what: format!("run {run_id}") });
     }
     if let Cached::Hit(run) = cache.run_mut(run_id) {
@@ -1447,7 +1467,7 @@ fn update_run_status(
         RunStatus::Pending | RunStatus::Running => Commit::MayWait,
         RunStatus::Paused | RunStatus::Succeeded | RunStatus::Failed => Commit::Now,
     };
-    Ok(commit)
+    Ok((true, commit))
 }
 
 /// [`known_step`] for a run row.
@@ -1738,7 +1758,23 @@ impl Ledger for SqliteLedger {
     }
 
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        self.write_one_cached(|conn, cache| Ok(((), update_run_status(conn, cache, run_id, status, reason, now_ms)?)))
+        self.write_one_cached(|conn, cache| {
+            let (_, commit) = update_run_status(conn, cache, run_id, None, status, reason, now_ms)?;
+            Ok(((), commit))
+        })
+    }
+
+    fn finish_drive(
+        &self,
+        run_id: &str,
+        replays: u32,
+        status: RunStatus,
+        reason: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool> {
+        self.write_one_cached(|conn, cache| {
+            update_run_status(conn, cache, run_id, Some(replays), status, reason, now_ms)
+        })
     }
 
     fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
@@ -1762,8 +1798,8 @@ impl Ledger for SqliteLedger {
             }
             let mut stmt = conn
                 .prepare_cached(
-                    "UPDATE runs SET status = ?2, reason = NULL, trigger = ?3, updated_ms = ?4, unfinished = 1 \
-                     WHERE run_id = ?1",
+                    "UPDATE runs SET status = ?2, reason = NULL, trigger = ?3, updated_ms = ?4, unfinished = 1, \
+                     replays = replays + 1 WHERE run_id = ?1",
                 )
                 .map_err(storage)?;
             stmt.execute(params![run_id, RunStatus::Running.as_str(), trigger, to_sql(now_ms)]).map_err(storage)?;
@@ -1772,6 +1808,7 @@ impl Ledger for SqliteLedger {
                 run.reason = None;
                 run.trigger = trigger.to_vec();
                 run.updated_ms = now_ms;
+                run.replays += 1;
             }
             // At once, before the replay's first claim: a crash after it resumes the run with the edited trigger.
             Ok((Replay::Begun, Commit::Now))
@@ -1880,7 +1917,7 @@ impl Ledger for SqliteLedger {
             stmt.execute(params![run_id, &resolution.key.0[..], json, resolution.by, to_sql(resolution.at_ms)])
                 .map_err(storage)?;
             cache.note_row(run_id, |rows| &mut rows.resolutions);
-            update_run_status(conn, cache, run_id, status, reason, resolution.at_ms)?;
+            update_run_status(conn, cache, run_id, None, status, reason, resolution.at_ms)?;
             Ok(((), Commit::Now))
         })
     }

@@ -456,6 +456,7 @@ pub fn ledger_with_paused_runs(path: &std::path::Path, run_ids: &[&str]) -> engi
             reason: None,
             created_ms: 1,
             updated_ms: 1,
+            replays: 0,
         };
         assert!(ledger.create_run(run).unwrap());
         let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
