@@ -1487,7 +1487,8 @@ impl Engine {
                 Ok(None)
             }
             LookupOutcome::NotFound => Ok(None),
-            LookupOutcome::Failed(e) => {
+            LookupOutcome::Failed(n) => {
+                let e = &n.error;
                 let completion = if prior_definite {
                     Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
                 } else {
