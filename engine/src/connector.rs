@@ -137,7 +137,8 @@ pub enum LookupOutcome {
     NotFound,
     /// The search itself failed; nothing can be concluded about an earlier create. Like a call's definite failure
     /// it says whether searching again may succeed, and when: a search that cannot ever succeed (a bad query, a 403)
-    /// is `retryable: false`.
+    /// is `retryable: false`, and a step whose earlier attempts all definitely did not apply then fails at once
+    /// instead of spending its attempts (after an attempt that may have applied, the run pauses for a person at once).
     Failed(NotApplied),
 }
 

@@ -7,7 +7,10 @@
 //! claim it (an intent with a lease and a fence, durable for at-most-once and lookup actions), look up first when the
 //! class says so (rule 2), call, and record the outcome. Indeterminate and failed outcomes go back to the decision
 //! core, which retries (bounded exponential backoff, jitter hashed from the seed, retry-after respected), waits,
-//! pauses the run for a person, or fails the step.
+//! pauses the run for a person, or fails the step. So does a failed lookup: the attempt is recorded failed (nothing
+//! was sent) when every earlier attempt definitely did not apply, else unknown, marked
+//! [`decide::LOOKUP_REFUSED_MARK`] when the API said no retry of the search can succeed, so that the step fails (or
+//! the run pauses) at once instead of spending its attempts.
 //!
 //! Steps (rule 3): a single-action step has one key, its step key. A `writes` step or an agent step records its plan
 //! (the canonical list of `{action, inputs}`) under the step key before its first write, then runs write `i` under
@@ -56,7 +59,7 @@
 use crate::canonical;
 use crate::clock::Clock;
 use crate::connector::{
-    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request, pin_in_place,
+    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request, pin_in_place,
 };
 use crate::decide::{self, Decision, Input, LastCall};
 use crate::doc::Doc;
@@ -390,6 +393,12 @@ struct Attempting {
     prior_definite: bool,
     /// The error the record holds, kept for a failed lookup's report.
     prior_error: Option<String>,
+}
+
+/// The mark a definite failure is recorded with: `permanent` (the decision core's mark for the kind of request that
+/// failed) when the API said no retry can succeed, else none, so the failure is retried like any other.
+fn failure_mark(failure: &NotApplied, permanent: &'static str) -> &'static str {
+    if failure.retryable { "" } else { permanent }
 }
 
 /// The workflow engine. Share it as `Arc<Engine>`; every method takes `&self`.
@@ -1391,8 +1400,7 @@ impl Engine {
                 },
                 Outcome::NotApplied(n) => {
                     retry_after_ms = n.retry_after_ms;
-                    let mark = if n.retryable { "" } else { decide::PERMANENT_MARK };
-                    Completion::Failed { error: format!("{mark}{}", n.error) }
+                    Completion::Failed { error: format!("{}{}", failure_mark(n, decide::PERMANENT_MARK), n.error) }
                 }
                 Outcome::Indeterminate(reason) => Completion::Unknown { reason: reason.clone() },
                 Outcome::KeyReusedWithDifferentPayload(m) => {
@@ -1450,7 +1458,8 @@ impl Engine {
 
     /// Looks for an earlier create under the claimed attempt. Found: adopts it (the key succeeds with the found
     /// record). Not found: `None`, the caller creates. The search failed: records the attempt as failed (when nothing
-    /// before it may have applied) or unknown, and returns `None` so the caller reads again.
+    /// before it may have applied) or unknown, marked [`decide::LOOKUP_REFUSED_MARK`] when the API said no retry can
+    /// succeed, and returns `None` so the caller reads again.
     async fn lookup(
         &self,
         job: &KeyJob<'_>,
@@ -1488,12 +1497,14 @@ impl Engine {
             }
             LookupOutcome::NotFound => Ok(None),
             LookupOutcome::Failed(n) => {
+                let mark = failure_mark(&n, decide::LOOKUP_REFUSED_MARK);
                 let e = &n.error;
                 let completion = if prior_definite {
-                    Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
+                    Completion::Failed { error: format!("{mark}lookup failed, nothing sent: {e}") }
                 } else {
+                    // Nothing can be concluded about the earlier write, whatever the search's failure: unknown.
                     let earlier = prior_error.as_deref().unwrap_or("an earlier attempt may have applied");
-                    Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
+                    Completion::Unknown { reason: format!("{mark}{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, completion, now_ms)?;
                 Ok(None)
