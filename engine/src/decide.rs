@@ -83,11 +83,12 @@ pub const KEY_REUSED_MARK: &str = "[key-reused] ";
 /// lookup's non-retryable failure): a `failed` record fails the step, an `unknown` one pauses the run, at once.
 pub const LOOKUP_REFUSED_MARK: &str = "[lookup-refused] ";
 
-/// What the driver knows beyond the ledger record: the end of the call it made itself in this drive.
+/// What the driver knows beyond the ledger record: the end of the call it made itself in this drive (or of the
+/// lookup it made since, when that lookup failed with a retry-after).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastCall {
     pub ended_ms: u64,
-    /// The API's retry-after, if it gave one.
+    /// The API's retry-after, if it gave one: the next attempt waits at least this long from `ended_ms`.
     pub retry_after_ms: Option<u64>,
 }
 

@@ -579,6 +579,26 @@ async fn a_lookup_refused_for_good_after_definite_failures_fails_at_once() {
     }
 }
 
+/// A retryable lookup failure is retried (with a lookup first), as any definite failure is; a retry-after the API
+/// gave with it is waited out from the lookup's end before the next attempt.
+#[tokio::test]
+async fn a_retryable_lookup_failure_is_retried_after_its_retry_after() {
+    for (fate, wait_ms) in [(LookupFate::FailRetryable, 0), (LookupFate::FailRetryAfter(50), 50)] {
+        for (connector, ledger, _, recorder, status) in run_scripted_lookups(&lookup("contact", 20), &[], &[fate]).await
+        {
+            let events = recorder.lines();
+            assert_eq!(status, RunStatus::Succeeded, "{fate:?}: {events:?}");
+            let lookups = connector.lookups();
+            assert_eq!((lookups.len(), connector.calls().len(), connector.effects().len()), (2, 1, 1), "{fate:?}");
+            // The second attempt, after the backoff (already over by then when it is this short) or the retry-after.
+            assert_eq!((lookups[0].attempt, lookups[1].attempt), (1, 2), "{fate:?}: {events:?}");
+            assert!(lookups[1].at_ms >= lookups[0].at_ms + wait_ms, "{fate:?}: {lookups:?}");
+            let record = ledger.get(&only_key()).unwrap().unwrap();
+            assert_eq!((record.status, record.attempt_count), (Status::Succeeded, 2), "{fate:?}");
+        }
+    }
+}
+
 /// After an attempt that may have applied, a failed lookup leaves the step unknown whatever the failure: nothing can
 /// be concluded about the earlier write. When the API refuses the lookup for good, no retry can tell either, so the
 /// run pauses for a person at once (no further attempt), and the person's decision applies. A lookup-before-create

@@ -47,6 +47,8 @@ pub enum LookupFate {
     Search,
     /// The search fails; retrying may succeed (a 503).
     FailRetryable,
+    /// The search fails, retryable, and the API says when to retry: after this many milliseconds (a 429).
+    FailRetryAfter(u64),
     /// The search fails for good (a 400: the query is refused).
     FailPermanent,
 }
@@ -68,6 +70,8 @@ pub struct Seen {
     pub action: String,
     pub key: Key,
     pub attempt: u32,
+    /// When the connector answered, on the runtime clock.
+    pub at_ms: u64,
 }
 
 #[derive(Default)]
@@ -154,6 +158,7 @@ impl Connector for Scripted {
                 action: request.action.to_string(),
                 key: *request.key,
                 attempt: request.attempt,
+                at_ms: now_ms,
             });
             let fate = state.script.pop_front().unwrap_or(Fate::Apply);
             let commit = |state: &mut State| -> Value {
@@ -204,6 +209,7 @@ impl Connector for Scripted {
                 action: request.action.to_string(),
                 key: *request.key,
                 attempt: request.attempt,
+                at_ms: now_ms,
             });
             let failed = |error: &str, retryable, retry_after_ms| {
                 LookupOutcome::Failed(NotApplied { error: error.to_string(), retryable, retry_after_ms })
@@ -211,6 +217,7 @@ impl Connector for Scripted {
             match state.lookup_script.pop_front().unwrap_or(LookupFate::Search) {
                 LookupFate::Search => {}
                 LookupFate::FailRetryable => return failed("503 search unavailable", true, None),
+                LookupFate::FailRetryAfter(ms) => return failed("429 too many searches", true, Some(ms)),
                 LookupFate::FailPermanent => return failed("400 search query refused", false, None),
             }
             match state.effects.iter().find(|e| e.key == *request.key && e.committed_ms + self.lag_ms <= now_ms) {
