@@ -11,7 +11,7 @@
 use crate::server::{Api, Context, Handled, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
-use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::doc::Doc;
 use std::sync::Arc;
 
@@ -87,7 +87,7 @@ impl Api for AtMostOnce {
     }
 
     fn search(&mut self, _now_ms: u64, _request: &Request<'_>) -> LookupOutcome {
-        LookupOutcome::Failed(format!("`{}` has no search", self.name))
+        LookupOutcome::Failed(NotApplied::retryable(format!("`{}` has no search", self.name)))
     }
 
     /// Nothing is kept per run.

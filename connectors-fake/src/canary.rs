@@ -10,7 +10,7 @@
 use crate::profile::FaultProfile;
 use crate::server::{Api, Context, Handled};
 use crate::truth::Effect;
-use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::doc::Doc;
 use std::sync::Arc;
 
@@ -65,7 +65,7 @@ impl Api for Canary {
     }
 
     fn search(&mut self, _now_ms: u64, _request: &Request<'_>) -> LookupOutcome {
-        LookupOutcome::Failed("canary has no search".into())
+        LookupOutcome::Failed(NotApplied::retryable("canary has no search"))
     }
 
     fn forget_run(&mut self, _run_id: &str) {}

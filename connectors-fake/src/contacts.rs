@@ -16,7 +16,7 @@ use crate::profile::FaultProfile;
 use crate::server::{Api, Context, Handled, Indexed, SearchIndex, not_applied, numbered};
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
-use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::doc::{Doc, Str};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -112,7 +112,9 @@ impl Api for Contacts {
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
         let Some(email) = email_of(request.inputs) else {
-            return LookupOutcome::Failed("400 `email` is required".into());
+            // A real search refuses this query for good; the fakes' search failures are all transient (the
+            // simulation's workflows always give an email, so it never asks this).
+            return LookupOutcome::Failed(NotApplied::retryable("400 `email` is required"));
         };
         match self.by_email.search(&email, now_ms) {
             Some(found) => LookupOutcome::Found(found.record.clone()),

@@ -24,7 +24,7 @@ use crate::server::{
 };
 use crate::truth::Effect;
 use crate::webhooks::WebhookEvent;
-use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, Outcome, Request};
+use engine::connector::{ActionSpec, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request};
 use engine::doc::Doc;
 use engine::fastmap::FastMap;
 use engine::ledger::CompactString;
@@ -270,7 +270,7 @@ impl Api for Payments {
 
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome {
         if request.action != CREATE_CUSTOMER {
-            return LookupOutcome::Failed(format!("no search for `{}`", request.action));
+            return LookupOutcome::Failed(NotApplied::retryable(format!("no search for `{}`", request.action)));
         }
         match self.customers.search(&key_hex(request.key), now_ms) {
             Some(found) => LookupOutcome::Found(found.record.clone()),

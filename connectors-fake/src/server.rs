@@ -108,7 +108,9 @@ pub trait Api: Send + 'static {
     fn actions(&self) -> &[ActionSpec];
     /// Runs `request`, which reached the API and was not failed before executing.
     fn execute(&mut self, cx: Context, request: &Request<'_>) -> Handled;
-    /// Searches for an earlier create of this write (what the real search would see at `now_ms`).
+    /// Searches for an earlier create of this write (what the real search would see at `now_ms`). Every fake's
+    /// failed search is retryable, with no retry-after: the simulation models transient search failures (and the
+    /// engine never searches for an action without a lookup, which some fakes answer with a failure too).
     fn search(&mut self, now_ms: u64, request: &Request<'_>) -> LookupOutcome;
     /// Drops every record of `run_id` (keys, objects): the simulator calls this once the run is finished and
     /// checked, so state stays bounded.
@@ -207,14 +209,16 @@ impl<A: Api> Server<A> {
         handled
     }
 
-    /// Handles one lookup that reaches the API at `now_ms`; every fault makes the search fail.
+    /// Handles one lookup that reaches the API at `now_ms`; every fault makes the search fail. These failures are
+    /// transient (retryable) and carry no retry-after, a rate limit's included: the fakes model search failures that
+    /// pass, and the simulation has always waited out a failed search's backoff alone.
     pub fn lookup(&mut self, now_ms: u64, request: &Request<'_>, draws: &Draws) -> LookupOutcome {
         if let Some(Outcome::NotApplied(refused)) = self.refuse(now_ms, draws.fault) {
-            return LookupOutcome::Failed(refused.error);
+            return LookupOutcome::Failed(NotApplied::retryable(refused.error));
         }
         match draws.fault {
-            Fault::TimeoutAfterCommit => LookupOutcome::Failed(TIMEOUT.to_string()),
-            Fault::ErrorAfterCommit => LookupOutcome::Failed(ERROR_AFTER_COMMIT.to_string()),
+            Fault::TimeoutAfterCommit => LookupOutcome::Failed(NotApplied::retryable(TIMEOUT)),
+            Fault::ErrorAfterCommit => LookupOutcome::Failed(NotApplied::retryable(ERROR_AFTER_COMMIT)),
             _ => self.api.search(now_ms, request),
         }
     }

@@ -150,7 +150,7 @@ mod demo {
             })
         }
         fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
-            Box::pin(async { LookupOutcome::Failed("stripe offers no lookup here".into()) })
+            Box::pin(async { LookupOutcome::Failed(NotApplied::permanent("stripe offers no lookup here")) })
         }
     }
 
@@ -227,7 +227,7 @@ mod demo {
             })
         }
         fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
-            Box::pin(async { LookupOutcome::Failed("the mailer has no search".into()) })
+            Box::pin(async { LookupOutcome::Failed(NotApplied::permanent("the mailer has no search")) })
         }
     }
 

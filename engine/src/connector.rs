@@ -89,12 +89,28 @@ pub struct Request<'a> {
     pub attempt: u32,
 }
 
-/// A definite failure: the call did not apply.
+/// A definite failure: the call did not apply. A failed lookup ([`LookupOutcome::Failed`]) says the same of the
+/// search, which wrote nothing and answered nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotApplied {
     pub error: String,
+    /// May the same request succeed later (a 503, a 429, a reset before it left)? False when no repeat can (a 400,
+    /// a 403, a 404): the engine then does not retry it.
     pub retryable: bool,
+    /// The API's retry-after, if it gave one: no retry is sent sooner.
     pub retry_after_ms: Option<u64>,
+}
+
+impl NotApplied {
+    /// A failure the same request may get past later, with no retry-after.
+    pub fn retryable(error: impl Into<String>) -> Self {
+        Self { error: error.into(), retryable: true, retry_after_ms: None }
+    }
+
+    /// A failure no repeat of the request can get past.
+    pub fn permanent(error: impl Into<String>) -> Self {
+        Self { error: error.into(), retryable: false, retry_after_ms: None }
+    }
 }
 
 /// What one call did, as far as the caller can know.
@@ -119,8 +135,11 @@ pub enum LookupOutcome {
     /// An earlier create of this write, with the API's record of it (adopted as the output).
     Found(Doc),
     NotFound,
-    /// The search itself failed; nothing can be concluded.
-    Failed(String),
+    /// The search itself failed; nothing can be concluded about an earlier create. Like a call's definite failure
+    /// it says whether searching again may succeed, and when: a search that cannot ever succeed (a bad query, a 403)
+    /// is `retryable: false`, and a step whose earlier attempts all definitely did not apply then fails at once
+    /// instead of spending its attempts (after an attempt that may have applied, the run pauses for a person at once).
+    Failed(NotApplied),
 }
 
 /// An adapter to an external API.

@@ -14,7 +14,9 @@
 //! | started, lease unexpired | wait for the lease | same | same |
 //! | failed (definitely not applied), retryable | back off, attempt | back off, attempt, lookup first | pause |
 //! | failed, permanent | fail | fail | fail |
+//! | failed, its lookup refused for good (nothing sent) | n/a | fail | n/a |
 //! | failed, key reused with another payload | pause | pause | pause |
+//! | unknown, its lookup refused for good | pause | pause | n/a |
 //! | unknown, or started with an expired lease (a crash) | inside retention (a resend must arrive inside it: [`RetryPolicy::request_transit_ms_max`]): back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt's call ended (or its lease expired), then attempt with lookup first | pause |
 //!
 //! Attempts are bounded by [`RetryPolicy::attempt_count_max`]: when it is reached and the last attempt definitely
@@ -22,6 +24,13 @@
 //! key did not apply: a keyed API replays its stored answer for a key it has seen (so a definite failure under the
 //! same key, inside the retention window, covers the earlier attempts), and a lookup-before-create attempt only
 //! creates after a lookup past the lag bound found nothing.
+//!
+//! A lookup that fails records the attempt like a call's definite failure: `failed` when every earlier attempt
+//! definitely did not apply (nothing was sent), else `unknown`, since nothing can be concluded about the earlier
+//! write. When the API said the search cannot succeed on a retry (a bad query, a 403: not `retryable`), the record's
+//! error carries [`LOOKUP_REFUSED_MARK`], and retrying would only spend the attempts and their backoff: a `failed`
+//! record fails the step at once, an `unknown` one pauses the run for a person at once. (A keyed action looks up
+//! only past its retention, after an attempt that may have applied, so only its `unknown` row applies.)
 //!
 //! Policy [`Policy::Naive`] is the baseline "before the rules": a fresh connector key per attempt, no lookups, every
 //! failure retried while attempts remain, and the step failed when they run out.
@@ -70,12 +79,16 @@ impl Default for RetryPolicy {
 pub const PERMANENT_MARK: &str = "[permanent] ";
 /// Prefix of a recorded error that says the API saw this key with another payload.
 pub const KEY_REUSED_MARK: &str = "[key-reused] ";
+/// Prefix of a recorded error that says the attempt's lookup failed and the API said no retry of it can succeed (a
+/// lookup's non-retryable failure): a `failed` record fails the step, an `unknown` one pauses the run, at once.
+pub const LOOKUP_REFUSED_MARK: &str = "[lookup-refused] ";
 
-/// What the driver knows beyond the ledger record: the end of the call it made itself in this drive.
+/// What the driver knows beyond the ledger record: the end of the call it made itself in this drive (or of the
+/// lookup it made since, when that lookup failed with a retry-after).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastCall {
     pub ended_ms: u64,
-    /// The API's retry-after, if it gave one.
+    /// The API's retry-after, if it gave one: the next attempt waits at least this long from `ended_ms`.
     pub retry_after_ms: Option<u64>,
 }
 
@@ -240,6 +253,12 @@ fn after_failure(input: &Input<'_>, record: &StepRecord) -> Decision {
     if error.starts_with(PERMANENT_MARK) {
         return Decision::Fail(evidence(record, "the call was refused and cannot be retried"));
     }
+    if error.starts_with(LOOKUP_REFUSED_MARK) {
+        return Decision::Fail(evidence(
+            record,
+            "the lookup before the create was refused and cannot be retried (nothing was sent)",
+        ));
+    }
     if input.policy == Policy::Rules && input.spec.class == GuaranteeClass::AtMostOnce {
         return Decision::Pause(evidence(record, "an at-most-once action is never retried automatically"));
     }
@@ -255,6 +274,13 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
             return Decision::Fail(evidence(record, "attempts exhausted"));
         }
         return retry_when_due(input, record, false);
+    }
+    if record.status == Status::Unknown && record.error.as_deref().is_some_and(|e| e.starts_with(LOOKUP_REFUSED_MARK)) {
+        return Decision::Pause(evidence(
+            record,
+            "an earlier attempt may have applied, and the lookup that would tell was refused and cannot be retried; \
+             a person must decide",
+        ));
     }
     match input.spec.class {
         GuaranteeClass::AtMostOnce => Decision::Pause(evidence(

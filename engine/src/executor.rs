@@ -7,7 +7,10 @@
 //! claim it (an intent with a lease and a fence, durable for at-most-once and lookup actions), look up first when the
 //! class says so (rule 2), call, and record the outcome. Indeterminate and failed outcomes go back to the decision
 //! core, which retries (bounded exponential backoff, jitter hashed from the seed, retry-after respected), waits,
-//! pauses the run for a person, or fails the step.
+//! pauses the run for a person, or fails the step. So does a failed lookup: the attempt is recorded failed (nothing
+//! was sent) when every earlier attempt definitely did not apply, else unknown, marked
+//! [`decide::LOOKUP_REFUSED_MARK`] when the API said no retry of the search can succeed, so that the step fails (or
+//! the run pauses) at once instead of spending its attempts.
 //!
 //! Steps (rule 3): a single-action step has one key, its step key. A `writes` step or an agent step records its plan
 //! (the canonical list of `{action, inputs}`) under the step key before its first write, then runs write `i` under
@@ -56,7 +59,7 @@
 use crate::canonical;
 use crate::clock::Clock;
 use crate::connector::{
-    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request, pin_in_place,
+    ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request, pin_in_place,
 };
 use crate::decide::{self, Decision, Input, LastCall};
 use crate::doc::Doc;
@@ -398,6 +401,23 @@ struct Attempting {
     prior_definite: bool,
     /// The error the record holds, kept for a failed lookup's report.
     prior_error: Option<String>,
+}
+
+/// What a lookup leaves the attempt to do.
+enum Looked {
+    /// The key ended: the lookup found an earlier create and adopted it.
+    Ended(KeyEnd),
+    /// Read the record again: create if it is still this attempt's (nothing was found), else decide again (what was
+    /// found could not be adopted, and the attempt was recorded unknown; or another worker took the key over).
+    Go,
+    /// The search failed at `ended_ms` and the attempt was recorded so: read again and decide.
+    Failed { ended_ms: u64, retry_after_ms: Option<u64> },
+}
+
+/// The mark a definite failure is recorded with: `permanent` (the decision core's mark for the kind of request that
+/// failed) when the API said no retry can succeed, else none, so the failure is retried like any other.
+fn failure_mark(failure: &NotApplied, permanent: &'static str) -> &'static str {
+    if failure.retryable { "" } else { permanent }
 }
 
 /// The workflow engine. Share it as `Arc<Engine>`; every method takes `&self`.
@@ -1366,8 +1386,16 @@ impl Engine {
             };
             if lookup_first && spec.has_lookup {
                 earlier_maybe_applied = false;
-                if let Some(end) = self.lookup(job, attempt, fence, prior_definite, prior_error).await? {
-                    return Ok(end);
+                match self.lookup(job, attempt, fence, prior_definite, prior_error).await? {
+                    Looked::Ended(end) => return Ok(end),
+                    Looked::Go => {}
+                    // A failed lookup's retry-after is waited out from the lookup's end, as a call's is from the
+                    // call's end. Without one, `last` stays as it was: the backoff counts from this drive's last call,
+                    // else from the attempt's claim.
+                    Looked::Failed { ended_ms, retry_after_ms: Some(ms) } => {
+                        last = Some(LastCall { ended_ms, retry_after_ms: Some(ms) });
+                    }
+                    Looked::Failed { .. } => {}
                 }
                 // Nothing found (create now), or the lookup failed and was recorded (read again).
                 let mut moved = false;
@@ -1434,8 +1462,7 @@ impl Engine {
                 },
                 Outcome::NotApplied(n) => {
                     retry_after_ms = n.retry_after_ms;
-                    let mark = if n.retryable { "" } else { decide::PERMANENT_MARK };
-                    Completion::Failed { error: format!("{mark}{}", n.error) }
+                    Completion::Failed { error: format!("{}{}", failure_mark(n, decide::PERMANENT_MARK), n.error) }
                 }
                 Outcome::Indeterminate(reason) => Completion::Unknown { reason: reason.clone() },
                 Outcome::KeyReusedWithDifferentPayload(m) => {
@@ -1492,8 +1519,9 @@ impl Engine {
     }
 
     /// Looks for an earlier create under the claimed attempt. Found: adopts it (the key succeeds with the found
-    /// record). Not found: `None`, the caller creates. The search failed: records the attempt as failed (when nothing
-    /// before it may have applied) or unknown, and returns `None` so the caller reads again.
+    /// record). Not found: [`Looked::Go`], the caller creates. The search failed: records the attempt as failed (when
+    /// nothing before it may have applied) or unknown, marked [`decide::LOOKUP_REFUSED_MARK`] when the API said no
+    /// retry can succeed, and returns [`Looked::Failed`] so the caller reads again.
     async fn lookup(
         &self,
         job: &KeyJob<'_>,
@@ -1501,7 +1529,7 @@ impl Engine {
         fence: u64,
         prior_definite: bool,
         prior_error: Option<String>,
-    ) -> Result<Option<KeyEnd>, Error> {
+    ) -> Result<Looked, Error> {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let request = Request { action: &bound.spec.name, inputs, key: &key, run_id, attempt };
         let found = bound.connector.lookup(request).await;
@@ -1520,25 +1548,28 @@ impl Engine {
                     Err(e) => {
                         let reason = format!("lookup found a record that cannot be canonicalised: {e}");
                         self.complete_or_lost(&key, fence, Completion::Unknown { reason }, now_ms)?;
-                        return Ok(None);
+                        return Ok(Looked::Go);
                     }
                 };
                 if self.complete_or_lost(&key, fence, Completion::Succeeded { output: bytes }, now_ms)? {
                     self.observer.event(&Event::StepSucceeded { run_id, step_id, key: &key, action: &bound.full });
-                    return Ok(Some(End::Done(output)));
+                    return Ok(Looked::Ended(End::Done(output)));
                 }
-                Ok(None)
+                Ok(Looked::Go)
             }
-            LookupOutcome::NotFound => Ok(None),
-            LookupOutcome::Failed(e) => {
+            LookupOutcome::NotFound => Ok(Looked::Go),
+            LookupOutcome::Failed(n) => {
+                let mark = failure_mark(&n, decide::LOOKUP_REFUSED_MARK);
+                let e = &n.error;
                 let completion = if prior_definite {
-                    Completion::Failed { error: format!("lookup failed, nothing sent: {e}") }
+                    Completion::Failed { error: format!("{mark}lookup failed, nothing sent: {e}") }
                 } else {
+                    // Nothing can be concluded about the earlier write, whatever the search's failure: unknown.
                     let earlier = prior_error.as_deref().unwrap_or("an earlier attempt may have applied");
-                    Completion::Unknown { reason: format!("{earlier}; lookup failed: {e}") }
+                    Completion::Unknown { reason: format!("{mark}{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, completion, now_ms)?;
-                Ok(None)
+                Ok(Looked::Failed { ended_ms: now_ms, retry_after_ms: n.retry_after_ms })
             }
         }
     }

@@ -1,7 +1,9 @@
 //! The pure decision core as a table: (class, policy, record as read, last call, now) in, decision out.
 
 use engine::connector::{ActionSpec, GuaranteeClass};
-use engine::decide::{self, Decision, Input, KEY_REUSED_MARK, LastCall, PERMANENT_MARK, Policy, RetryPolicy};
+use engine::decide::{
+    self, Decision, Input, KEY_REUSED_MARK, LOOKUP_REFUSED_MARK, LastCall, PERMANENT_MARK, Policy, RetryPolicy,
+};
 use engine::key::Key;
 use engine::ledger::{Status, StepRecord};
 
@@ -60,6 +62,10 @@ fn decisions_as_a_table() {
     let amo = spec(GuaranteeClass::AtMostOnce, false);
     let permanent = format!("{PERMANENT_MARK}400");
     let reused = format!("{KEY_REUSED_MARK}idempotency_error");
+    let lookup_refused = format!("{LOOKUP_REFUSED_MARK}lookup failed, nothing sent: 400");
+    let lookup_refused_unknown = format!("{LOOKUP_REFUSED_MARK}timeout; lookup failed: 400");
+    // A call's permanent refusal after an attempt that may have applied: unknown, and decided as any unknown record.
+    let permanent_unknown = format!("{PERMANENT_MARK}400 (an earlier attempt under this key may have applied)");
     let now = 10_000;
     let last = Some(LastCall { ended_ms: now, retry_after_ms: None });
     use Kind::*;
@@ -139,6 +145,26 @@ fn decisions_as_a_table() {
             None,
             false,
             Attempt { lookup_first: true },
+        ),
+        (
+            "keyed unknown past retention, its lookup refused for good: pause",
+            &keyed_lookup,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 1_000, now - 990, &lookup_refused_unknown)),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "keyed unknown after a permanent refusal, in retention: resend as before",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 200, 0, &permanent_unknown)),
+            None,
+            Some(now - 300),
+            false,
+            Attempt { lookup_first: false },
         ),
         (
             "keyed, retention from the first attempt",
@@ -269,6 +295,36 @@ fn decisions_as_a_table() {
             None,
             false,
             Attempt { lookup_first: true },
+        ),
+        (
+            "lookup failed, its lookup refused for good: fail, not retried",
+            &lookup,
+            Policy::Rules,
+            Some(record(Failed, 1, now - 900, 0, &lookup_refused)),
+            None,
+            None,
+            false,
+            Fail,
+        ),
+        (
+            "lookup unknown past the lag bound, its lookup refused for good: pause, not retried",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, now - 890, &lookup_refused_unknown)),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "lookup unknown, its lookup refused for good, a person's retry: one attempt, no lookup",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, now - 890, &lookup_refused_unknown)),
+            None,
+            None,
+            true,
+            Attempt { lookup_first: false },
         ),
         (
             "at-most-once unknown: pause",

@@ -501,6 +501,146 @@ async fn each_resolution_of_a_paused_at_most_once_step() {
     assert_eq!(connector.calls().len(), 1);
 }
 
+/// Runs `r1`, one step of `spec` (action `api.<name>`), on each ledger with the connector's calls and lookups
+/// scripted: the connector, the ledger, the engine, the recorder and the run's status, one set per ledger.
+async fn run_scripted_lookups(
+    spec: &ActionSpec,
+    script: &[Fate],
+    lookups: &[LookupFate],
+) -> Vec<(Arc<Scripted>, Arc<dyn Ledger>, Engine, Arc<Recorder>, RunStatus)> {
+    let mut out = Vec::new();
+    for (_, ledger) in ledgers() {
+        let connector = Scripted::new("api", vec![spec.clone()], script);
+        connector.push_lookup_script(lookups);
+        let recorder = Recorder::new();
+        let action = format!("api.{}", spec.name);
+        let engine = engine(
+            config("w1"),
+            ledger.clone(),
+            recorder.clone(),
+            &[connector.clone()],
+            &[],
+            &[one_step("wf", &action)],
+        );
+        let status =
+            engine.start_run("wf", "r1", &engine::doc!({"email": "a@example.com", "amount": 5})).await.unwrap();
+        out.push((connector, ledger, engine, recorder, status));
+    }
+    out
+}
+
+fn only_key() -> key::Key {
+    key::step_key("r1", "only", &json!({"email": "a@example.com", "amount": 5})).unwrap()
+}
+
+/// A lookup the API refuses for good (a 400: the query can never succeed), with every earlier attempt definitely
+/// not applied: the step and the run fail at once, naming the lookup's failure, with no retry and nothing sent. On
+/// the first attempt (no earlier one), and on the retry after a definite call failure.
+#[tokio::test]
+async fn a_lookup_refused_for_good_after_definite_failures_fails_at_once() {
+    // (name, call script, lookup script, lookups, calls, attempts, retries scheduled)
+    #[allow(clippy::type_complexity, reason = "a test table")]
+    let cases: [(&str, &[Fate], &[LookupFate], usize, usize, u32, usize); 2] = [
+        ("first attempt", &[], &[LookupFate::FailPermanent], 1, 0, 1, 0),
+        (
+            "after a retryable call failure",
+            &[Fate::FailRetryable],
+            &[LookupFate::Search, LookupFate::FailPermanent],
+            2,
+            1,
+            2,
+            1,
+        ),
+    ];
+    for (name, script, lookups, lookup_count, call_count, attempt_count, retry_count) in cases {
+        for (connector, ledger, engine, recorder, status) in
+            run_scripted_lookups(&lookup("contact", 20), script, lookups).await
+        {
+            let events = recorder.lines();
+            assert_eq!(status, RunStatus::Failed, "{name}: {events:?}");
+            assert_eq!(connector.lookups().len(), lookup_count, "{name}: {events:?}");
+            assert_eq!(connector.calls().len(), call_count, "{name}: {events:?}");
+            assert!(connector.effects().is_empty(), "{name}");
+            assert_eq!(recorder.count("retry #"), retry_count, "{name}: {events:?}");
+            let record = ledger.get(&only_key()).unwrap().unwrap();
+            assert_eq!((record.status, record.attempt_count), (Status::Failed, attempt_count), "{name}");
+            let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
+            assert!(
+                reason.contains("lookup")
+                    && reason.contains("cannot be retried")
+                    && reason.contains("400 search query refused"),
+                "{name}: {reason}"
+            );
+            assert_eq!(recorder.count("run-failed "), 1, "{name}: {events:?}");
+            // Driving it again does nothing.
+            assert_eq!(engine.drive("r1").await.unwrap(), RunStatus::Failed);
+            assert_eq!((connector.lookups().len(), connector.calls().len()), (lookup_count, call_count), "{name}");
+        }
+    }
+}
+
+/// A retryable lookup failure is retried (with a lookup first), as any definite failure is; a retry-after the API
+/// gave with it is waited out from the lookup's end before the next attempt.
+#[tokio::test]
+async fn a_retryable_lookup_failure_is_retried_after_its_retry_after() {
+    for (fate, wait_ms) in [(LookupFate::FailRetryable, 0), (LookupFate::FailRetryAfter(50), 50)] {
+        for (connector, ledger, _, recorder, status) in run_scripted_lookups(&lookup("contact", 20), &[], &[fate]).await
+        {
+            let events = recorder.lines();
+            assert_eq!(status, RunStatus::Succeeded, "{fate:?}: {events:?}");
+            let lookups = connector.lookups();
+            assert_eq!((lookups.len(), connector.calls().len(), connector.effects().len()), (2, 1, 1), "{fate:?}");
+            // The second attempt, after the backoff (already over by then when it is this short) or the retry-after.
+            assert_eq!((lookups[0].attempt, lookups[1].attempt), (1, 2), "{fate:?}: {events:?}");
+            assert!(lookups[1].at_ms >= lookups[0].at_ms + wait_ms, "{fate:?}: {lookups:?}");
+            let record = ledger.get(&only_key()).unwrap().unwrap();
+            assert_eq!((record.status, record.attempt_count), (Status::Succeeded, 2), "{fate:?}");
+        }
+    }
+}
+
+/// After an attempt that may have applied, a failed lookup leaves the step unknown whatever the failure: nothing can
+/// be concluded about the earlier write. When the API refuses the lookup for good, no retry can tell either, so the
+/// run pauses for a person at once (no further attempt), and the person's decision applies. A lookup-before-create
+/// action, and a keyed action past its retention window.
+#[tokio::test]
+async fn a_lookup_refused_for_good_after_an_attempt_that_may_have_applied_pauses_at_once() {
+    // (spec, lookup script): a lookup-before-create action looks first on its first attempt too, and finds nothing.
+    let cases: [(ActionSpec, &[LookupFate]); 2] = [
+        (lookup("contact", 20), &[LookupFate::Search, LookupFate::FailPermanent]),
+        (keyed("charge", 1, true), &[LookupFate::FailPermanent]),
+    ];
+    for (spec, lookups) in cases {
+        let name = &spec.name;
+        let first_lookup = lookups.len() - 1;
+        for (connector, ledger, engine, recorder, status) in
+            run_scripted_lookups(&spec, &[Fate::ApplyThenTimeout], lookups).await
+        {
+            let events = recorder.lines();
+            assert_eq!(status, RunStatus::Paused, "{name}: {events:?}");
+            assert_eq!(connector.lookups().len(), first_lookup + 1, "{name}: {events:?}");
+            assert_eq!((connector.calls().len(), connector.effects().len()), (1, 1), "{name}: {events:?}");
+            let record = ledger.get(&only_key()).unwrap().unwrap();
+            assert_eq!((record.status, record.attempt_count), (Status::Unknown, 2), "{name}");
+            let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
+            assert!(
+                reason.contains("may have applied")
+                    && reason.contains("400 search query refused")
+                    && reason.contains("a person must decide"),
+                "{name}: {reason}"
+            );
+            // Driving it again sends nothing: it waits for the person.
+            assert_eq!(engine.drive("r1").await.unwrap(), RunStatus::Paused);
+            assert_eq!((connector.lookups().len(), connector.calls().len()), (first_lookup + 1, 1), "{name}");
+            // The person finds the effect and marks the step done with it.
+            let output = json!({"id": 1});
+            let status = engine.resolve("r1", Resolution::MarkDone { output }, "alice").await.unwrap();
+            assert_eq!(status, RunStatus::Succeeded, "{name}");
+            assert_eq!((connector.lookups().len(), connector.calls().len()), (first_lookup + 1, 1), "{name}");
+        }
+    }
+}
+
 /// A blank run id names no run a person could find (`flow paused`) or mean (`flow resolve --run`): creating or
 /// starting one is refused, and the ledger holds no such run.
 #[tokio::test]

@@ -16,7 +16,9 @@ use connectors_fake::server::{Fake, numbered};
 use connectors_fake::truth::{Effect, EffectSink};
 use connectors_fake::webhooks::WebhookEvent;
 use engine::clock::Clock;
-use engine::connector::{BoxFuture, Connector, LookupOutcome, Outcome as CallOutcome, Request, pin_in_place};
+use engine::connector::{
+    BoxFuture, Connector, LookupOutcome, NotApplied, Outcome as CallOutcome, Request, pin_in_place,
+};
 use engine::doc::Doc;
 use engine::event::{CrashPoint, Event, Observer};
 use engine::executor::{Engine, EngineConfig, KnownTrigger, Policy};
@@ -679,11 +681,7 @@ impl Connector for WorkerLink {
         pin_in_place(move || async move {
             if self.cut() {
                 // The connection could not be opened: nothing was sent.
-                return CallOutcome::NotApplied(engine::connector::NotApplied {
-                    error: "connection refused (network cut)".into(),
-                    retryable: true,
-                    retry_after_ms: None,
-                });
+                return CallOutcome::NotApplied(NotApplied::retryable("connection refused (network cut)"));
             }
             let Answered::Call(outcome) = self.send_and_wait(&request, false).await else {
                 unreachable!("a call is answered with an outcome")
@@ -699,7 +697,7 @@ impl Connector for WorkerLink {
     fn lookup<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
         pin_in_place(move || async move {
             if self.cut() {
-                return LookupOutcome::Failed("connection refused (network cut)".into());
+                return LookupOutcome::Failed(NotApplied::retryable("connection refused (network cut)"));
             }
             let start = self.world.monitor.clock.now_ms();
             let Answered::Lookup(found) = self.send_and_wait(&request, true).await else {
@@ -708,7 +706,7 @@ impl Connector for WorkerLink {
             let spent = self.world.monitor.clock.now_ms() - start;
             self.world.monitor.lock().extra_lookup_ms_total += spent;
             if self.cut() {
-                return LookupOutcome::Failed("connection reset (network cut)".into());
+                return LookupOutcome::Failed(NotApplied::retryable("connection reset (network cut)"));
             }
             found
         })

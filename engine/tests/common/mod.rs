@@ -42,6 +42,19 @@ pub enum Fate {
     InFlight,
 }
 
+/// What the next lookup of a scripted connector does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupFate {
+    /// Search: found when an effect under the key is visible (committed at least the connector's lag ago).
+    Search,
+    /// The search fails; retrying may succeed (a 503).
+    FailRetryable,
+    /// The search fails, retryable, and the API says when to retry: after this many milliseconds (a 429).
+    FailRetryAfter(u64),
+    /// The search fails for good (a 400: the query is refused).
+    FailPermanent,
+}
+
 /// One committed effect: the fakes' ground truth.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
@@ -59,16 +72,20 @@ pub struct Seen {
     pub action: String,
     pub key: Key,
     pub attempt: u32,
+    /// When the connector answered, on the runtime clock.
+    pub at_ms: u64,
 }
 
 #[derive(Default)]
 struct State {
     script: VecDeque<Fate>,
+    lookup_script: VecDeque<LookupFate>,
     effects: Vec<Effect>,
     seen: Vec<Seen>,
 }
 
-/// A connector whose calls follow a script; after the script runs out every call is `Apply`.
+/// A connector whose calls follow a script; after the script runs out every call is `Apply`. Its lookups follow a
+/// script of their own ([`Scripted::push_lookup_script`]); after it runs out (or without one) every lookup searches.
 pub struct Scripted {
     name: String,
     actions: Vec<ActionSpec>,
@@ -95,6 +112,10 @@ impl Scripted {
 
     pub fn push_script(&self, fates: &[Fate]) {
         self.state.lock().unwrap().script.extend(fates.iter().copied());
+    }
+
+    pub fn push_lookup_script(&self, fates: &[LookupFate]) {
+        self.state.lock().unwrap().lookup_script.extend(fates.iter().copied());
     }
 
     pub fn effects(&self) -> Vec<Effect> {
@@ -139,6 +160,7 @@ impl Connector for Scripted {
                 action: request.action.to_string(),
                 key: *request.key,
                 attempt: request.attempt,
+                at_ms: now_ms,
             });
             let fate = state.script.pop_front().unwrap_or(Fate::Apply);
             let commit = |state: &mut State| -> Value {
@@ -189,7 +211,17 @@ impl Connector for Scripted {
                 action: request.action.to_string(),
                 key: *request.key,
                 attempt: request.attempt,
+                at_ms: now_ms,
             });
+            let failed = |error: &str, retryable, retry_after_ms| {
+                LookupOutcome::Failed(NotApplied { error: error.to_string(), retryable, retry_after_ms })
+            };
+            match state.lookup_script.pop_front().unwrap_or(LookupFate::Search) {
+                LookupFate::Search => {}
+                LookupFate::FailRetryable => return failed("503 search unavailable", true, None),
+                LookupFate::FailRetryAfter(ms) => return failed("429 too many searches", true, Some(ms)),
+                LookupFate::FailPermanent => return failed("400 search query refused", false, None),
+            }
             match state.effects.iter().find(|e| e.key == *request.key && e.committed_ms + self.lag_ms <= now_ms) {
                 Some(effect) => LookupOutcome::Found(output_of(effect).into()),
                 None => LookupOutcome::NotFound,
