@@ -1470,6 +1470,24 @@ fn update_run_status(
     Ok((true, commit))
 }
 
+/// The row of run `run_id` for a write to decide on: the cached one (checked against SQLite in debug builds), or the
+/// row read into `loaded` when the cache cannot say; [`Error::NotFound`] when there is none.
+fn run_to_write<'a>(
+    conn: &Connection,
+    cache: &'a Cache,
+    run_id: &str,
+    loaded: &'a mut Option<RunRecord>,
+) -> Result<&'a RunRecord> {
+    let run = match known_run(conn, cache, run_id)? {
+        Some(known) => known,
+        None => {
+            *loaded = load_run(conn, run_id)?;
+            loaded.as_ref()
+        }
+    };
+    run.ok_or_else(|| Error::NotFound { what: format!("run {run_id}") })
+}
+
 /// [`known_step`] for a run row.
 fn known_run<'c>(conn: &Connection, cache: &'c Cache, run_id: &str) -> Result<Option<Option<&'c RunRecord>>> {
     let known = match cache.run(run_id) {
@@ -1781,17 +1799,8 @@ impl Ledger for SqliteLedger {
         // One transaction, begun IMMEDIATE: the status is read under the write lock, so of two replays begun at once
         // (in two processes) the second reads the first's `running` and is refused.
         self.write_cached(|conn, cache| {
-            let loaded;
-            let run = match known_run(conn, cache, run_id)? {
-                Some(known) => known,
-                None => {
-                    loaded = load_run(conn, run_id)?;
-                    loaded.as_ref()
-                }
-            };
-            let Some(run) = run else {
-                return Err(Error::NotFound { what: format!("run {run_id}") });
-            };
+            let mut loaded = None;
+            let run = run_to_write(conn, cache, run_id, &mut loaded)?;
             if !Replay::may_begin(run.status) {
                 let refused = Replay::Refused { status: run.status, reason: run.reason.clone() };
                 return Ok((refused, Commit::MayWait));
@@ -1897,17 +1906,8 @@ impl Ledger for SqliteLedger {
         // (two `flow resolve` processes) the second reads the first's decision and is refused.
         self.write_cached(|conn, cache| {
             let run_id = resolution.run_id.as_str();
-            let loaded;
-            let run = match known_run(conn, cache, run_id)? {
-                Some(known) => known,
-                None => {
-                    loaded = load_run(conn, run_id)?;
-                    loaded.as_ref()
-                }
-            };
-            let Some(run) = run else {
-                return Err(Error::NotFound { what: format!("run {run_id}") });
-            };
+            let mut loaded = None;
+            let run = run_to_write(conn, cache, run_id, &mut loaded)?;
             resolution.check_waited_for(run.status, run.reason.as_deref())?;
             let mut stmt = conn
                 .prepare_cached(
