@@ -928,6 +928,13 @@ impl Engine {
         for ((step, kind), &output_needed) in
             compiled.workflow.steps.iter().zip(&compiled.kinds).zip(&compiled.output_needed)
         {
+            // Before each step after the first (this drive read the run just before it): a drive that stalled, or
+            // waited out a call, past its lease may find that another worker paused the run meanwhile and a person
+            // aborted it, or that a replay began; then it walks no further, and sends nothing of a run that is no
+            // longer the one it began.
+            if !outputs.is_empty() && !self.still_walking(run_id, replays)? {
+                return Ok(Walked::Superseded);
+            }
             let drive = Drive { run_id, new_run, output_needed };
             let end = match kind {
                 CompiledKind::Action(bound) => {
@@ -980,6 +987,16 @@ impl Engine {
         }
         self.observer.event(&Event::RunSucceeded { run_id });
         Ok(Walked::Ended(RunStatus::Succeeded))
+    }
+
+    /// Whether run `run_id` is still the one a drive that began under `replays` replays walks: running, with no
+    /// replay begun since.
+    fn still_walking(&self, run_id: &str, replays: u32) -> Result<bool, Error> {
+        let mut walking = false;
+        self.ledger.inspect_run(run_id, &mut |run| {
+            walking = run.is_some_and(|run| run.status == RunStatus::Running && run.replays == replays);
+        })?;
+        Ok(walking)
     }
 
     async fn run_action_step(

@@ -453,9 +453,11 @@ pub trait Ledger: Send + Sync {
     /// [`Error::NotFound`].
     fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay>;
     /// Ends a drive that started when the run had seen `replays` replays: sets the run to `status` (`reason`,
-    /// `now_ms`) as [`Ledger::set_run_status`] does, but only while the run's [`RunRecord::replays`] is still
-    /// `replays`, in one atomic step. Returns whether it wrote. A drive that started before a replay began walked the
-    /// old trigger's keys: its end (a success, say, over the replay's pause) is not the run's, and nothing is written.
+    /// `now_ms`) as [`Ledger::set_run_status`] does, but only while the run is still pending or running and its
+    /// [`RunRecord::replays`] is still `replays`, in one atomic step. Returns whether it wrote. A drive that started
+    /// before a replay began walked the old trigger's keys: its end (a success, say, over the replay's pause) is not
+    /// the run's. Nor is the end of a drive that stalled past its lease while another worker paused the run and a
+    /// person decided (an abort stands). Then nothing is written.
     fn finish_drive(
         &self,
         run_id: &str,

@@ -1423,7 +1423,7 @@ fn update_run_status(
 ) -> Result<(bool, Commit)> {
     // Whether the run is unfinished now, when the cache knows: then one statement does.
     let unfinished_now = match known_run(conn, cache, run_id)? {
-        Some(Some(run)) if replays.is_some_and(|replays| replays != run.replays) => {
+        Some(Some(run)) if replays.is_some_and(|replays| replays != run.replays || !run.status.is_unfinished()) => {
             return Ok((false, Commit::MayWait));
         }
         Some(Some(run)) => Some(run.status.is_unfinished()),
@@ -1435,13 +1435,14 @@ fn update_run_status(
     // `unfinished` is set only when it changes, so that a change between pending and running, the common one,
     // touches neither listing's index (see version 2 of `MIGRATIONS`). Each statement is atomic, and the
     // second sets every column: when the first finds the run not unfinished, the two together write what the
-    // second alone would. Each writes only while the run has seen `replays` replays, when that is given (?5).
+    // second alone would. When `replays` is given (?5, a drive's end) each writes only while the run has seen that
+    // many replays and is unfinished: a drive never ends a run a person or another drive has ended or paused.
     const STAYS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4 \
                          WHERE run_id = ?1 AND unfinished = 1 AND (?5 IS NULL OR replays = ?5)";
     const ENTERS: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = 1 \
-                          WHERE run_id = ?1 AND (?5 IS NULL OR replays = ?5)";
+                          WHERE run_id = ?1 AND (?5 IS NULL OR (replays = ?5 AND unfinished = 1))";
     const LEAVES: &str = "UPDATE runs SET status = ?2, reason = ?3, updated_ms = ?4, unfinished = NULL \
-                          WHERE run_id = ?1 AND (?5 IS NULL OR replays = ?5)";
+                          WHERE run_id = ?1 AND (?5 IS NULL OR (replays = ?5 AND unfinished = 1))";
     let updated = match (unfinished_column(status), unfinished_now) {
         (Some(_), Some(true)) => update(STAYS)?,
         (Some(_), Some(false)) => update(ENTERS)?,
@@ -1452,7 +1453,7 @@ fn update_run_status(
         (None, _) => update(LEAVES)?,
     };
     if updated == 0 {
-        // A run replayed since the drive began is there, with another count; one that is not there is not found.
+        // A run replayed or ended since the drive began is there; one that is not there is not found.
         if replays.is_some() && load_run(conn, run_id)?.is_some() {
             return Ok((false, Commit::MayWait));
         }
