@@ -102,8 +102,10 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
 /// Why `flow` does not go on with a ledger file, which it leaves as it was.
 enum Refusal {
-    /// It is not a Flow ledger of this build's schema (or no file at all): bad input, exit 2.
+    /// It is not a Flow ledger (or no file at all): bad input, exit 2.
     NotALedger(String),
+    /// A Flow ledger of an older or newer schema version than this build's, which `flow` does not migrate: exit 2.
+    OtherSchema(String),
     /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
     /// this user may not read or write it, or create SQLite's files beside it, a page of it is damaged): a storage
     /// error, exit 1.
@@ -113,7 +115,7 @@ enum Refusal {
 impl Refusal {
     fn fail(&self) -> ExitCode {
         match self {
-            Refusal::NotALedger(message) => fail(2, message),
+            Refusal::NotALedger(message) | Refusal::OtherSchema(message) => fail(2, message),
             Refusal::Storage(message) => fail(1, message),
         }
     }
@@ -130,6 +132,9 @@ fn open_read_only(path: &Path) -> Result<SqliteLedger, Refusal> {
     }
     .map_err(|refusal| match refusal {
         Refusal::NotALedger(reason) => Refusal::NotALedger(format!("{}: not a Flow ledger: {reason}", path.display())),
+        Refusal::OtherSchema(reason) => {
+            Refusal::OtherSchema(format!("{}: a Flow ledger of another schema: {reason}", path.display()))
+        }
         Refusal::Storage(reason) => Refusal::Storage(format!("{}: {reason}", path.display())),
     })?;
     SqliteLedger::open_read_only(path, Options::default()).map_err(|e| match e {
@@ -244,16 +249,16 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
         return not_a_ledger("a SQLite database without the ledger schema".to_string());
     }
     if version > SCHEMA_VERSION {
-        return not_a_ledger(format!(
+        return Err(Refusal::OtherSchema(format!(
             "its schema version is {version}, newer than this flow's {SCHEMA_VERSION}: use a newer flow"
-        ));
+        )));
     }
     if version < SCHEMA_VERSION {
         // A write would migrate the file, after which a worker of the older build still using it would refuse it.
-        return not_a_ledger(format!(
+        return Err(Refusal::OtherSchema(format!(
             "its schema version is {version}, older than this flow's {SCHEMA_VERSION}; flow does not migrate a \
              ledger: a worker of this build does when it opens the file"
-        ));
+        )));
     }
     let expected = ledger_tables().map_err(Refusal::NotALedger)?;
     for (table, columns) in &expected {
