@@ -12,38 +12,31 @@ use common::*;
 use engine::clock::{Clock, RuntimeClock};
 use engine::connector::Connector;
 use engine::event::{CrashPoint, Event, Observer};
-use engine::executor::{Engine, EngineConfig, Error, Planner};
+use engine::executor::{Error, Planner};
 use engine::key::Key;
 use engine::ledger::sqlite::{MIGRATIONS, Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
-use engine::workflow::Workflow;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An engine on a clock shared with other engines of the test (the helper's engines each start their own clock at
-/// 1_000_000 when built, so two built apart disagree about lease expiry).
-fn engine_on(
-    clock: Arc<dyn Clock>,
-    config: EngineConfig,
-    ledger: Arc<dyn Ledger>,
-    observer: Arc<dyn Observer>,
+/// Worker A: a one-second lease, and a stall of 2.5 s right after its first payout call answered (its lease lapses
+/// while it stalls).
+fn stalling_worker(
+    clock: &Arc<dyn Clock>,
+    ledger: &Arc<dyn Ledger>,
     connectors: &[Arc<dyn Connector>],
-    planners: &[(&str, Arc<dyn Planner>)],
-    workflows: &[Value],
-) -> Engine {
-    let mut engine = Engine::new(config, ledger, clock, observer);
-    for c in connectors {
-        engine.register_connector(c.clone());
-    }
-    for (name, p) in planners {
-        engine.register_planner(name, p.clone());
-    }
-    for w in workflows {
-        engine.register_workflow(Workflow::from_json(&w.to_string()).expect("valid workflow")).expect("registered");
-    }
-    engine
+    workflow: Value,
+) -> Arc<engine::executor::Engine> {
+    let stall = Arc::new(StallAfterCall {
+        inner: Recorder::new(),
+        action: "payout",
+        stall: Duration::from_millis(2_500),
+        done: Mutex::new(false),
+    });
+    let a = engine_on(clock.clone(), short_lease("wA"), ledger.clone(), stall, connectors, &[], &[workflow]);
+    Arc::new(a)
 }
 
 /// A worker process that stalls (a GC pause, a frozen VM) right after its first call to `action` answered, before
@@ -91,21 +84,7 @@ async fn stalled_drive_after_abort(
     let bank = Scripted::new("bank", vec![at_most_once("payout")], &[]);
     let api = Scripted::new("api", vec![keyed("notify", 60_000, false)], &[]);
     let connectors = [bank.clone() as Arc<dyn Connector>, api.clone() as Arc<dyn Connector>];
-    let stall = Arc::new(StallAfterCall {
-        inner: Recorder::new(),
-        action: "payout",
-        stall: Duration::from_millis(2_500),
-        done: Mutex::new(false),
-    });
-    let a = Arc::new(engine_on(
-        clock.clone(),
-        short_lease("wA"),
-        ledger.clone(),
-        stall,
-        &connectors,
-        &[],
-        &[pay_then_notify()],
-    ));
+    let a = stalling_worker(&clock, &ledger, &connectors, pay_then_notify());
     let w =
         engine_on(clock.clone(), config("wW"), ledger.clone(), Recorder::new(), &connectors, &[], &[pay_then_notify()]);
     a.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
@@ -464,21 +443,7 @@ async fn a_stalled_drive_pause_under_the_old_trigger_is_lost_after_abort_and_rep
             {"id": "email", "action": "bank.email", "inputs": {"amount": "{{trigger.amount}}"}}
         ]});
         let connectors = [bank.clone() as Arc<dyn Connector>];
-        let stall = Arc::new(StallAfterCall {
-            inner: Recorder::new(),
-            action: "payout",
-            stall: Duration::from_millis(2_500),
-            done: Mutex::new(false),
-        });
-        let a = Arc::new(engine_on(
-            clock.clone(),
-            short_lease("wA"),
-            ledger.clone(),
-            stall,
-            &connectors,
-            &[],
-            std::slice::from_ref(&wf),
-        ));
+        let a = stalling_worker(&clock, &ledger, &connectors, wf.clone());
         let w = engine_on(clock.clone(), config("wW"), ledger.clone(), Recorder::new(), &connectors, &[], &[wf]);
         a.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
         let a2 = a.clone();

@@ -417,7 +417,22 @@ pub fn engine(
     planners: &[(&str, Arc<dyn Planner>)],
     workflows: &[Value],
 ) -> Engine {
-    let mut engine = Engine::new(config, ledger, Arc::new(RuntimeClock::new(1_000_000)), observer);
+    let clock = Arc::new(RuntimeClock::new(1_000_000));
+    engine_on(clock, config, ledger, observer, connectors, planners, workflows)
+}
+
+/// [`engine`] on `clock`: engines that must agree about lease expiry share one (each [`engine`] starts its own
+/// clock at 1,000,000 ms when it is built, so two built apart disagree).
+pub fn engine_on(
+    clock: Arc<dyn Clock>,
+    config: EngineConfig,
+    ledger: Arc<dyn Ledger>,
+    observer: Arc<dyn Observer>,
+    connectors: &[Arc<dyn Connector>],
+    planners: &[(&str, Arc<dyn Planner>)],
+    workflows: &[Value],
+) -> Engine {
+    let mut engine = Engine::new(config, ledger, clock, observer);
     for c in connectors {
         engine.register_connector(c.clone());
     }
