@@ -241,7 +241,8 @@ impl<T> End<T> {
 enum Walked {
     /// The run's status, written by this walk or found.
     Ended(RunStatus),
-    /// A replay began while it walked: it walked the old trigger, and wrote nothing of its end.
+    /// The run stopped being this walk's meanwhile (a replay began, or another worker paused it and a person
+    /// decided): it wrote nothing of its end.
     Superseded,
 }
 
@@ -860,9 +861,9 @@ impl Engine {
         Ok(intake)
     }
 
-    /// Drives the run until it succeeds, fails or pauses ([`Engine::drive_walk`]). A drive that finds at its end that
-    /// a replay began meanwhile walked the old trigger: it drives the run again, with the trigger the replay stored,
-    /// so that what it returns is the run's status, not the old walk's.
+    /// Drives the run until it succeeds, fails or pauses ([`Engine::drive_walk`]). A walk that finds the run no longer
+    /// its own (a replay began, or another worker paused it and a person decided) drives the run again as it now
+    /// stands, with its stored trigger, so that what it returns is the run's status, not the old walk's.
     async fn drive_with(&self, run_id: &str, given: Trigger<'_>) -> Result<RunStatus, Error> {
         let mut given = given;
         loop {
@@ -874,7 +875,7 @@ impl Engine {
     }
 
     /// One walk of the run's steps with the trigger it holds (or the caller's copy of it), ended with the run's new
-    /// status, unless a replay began meanwhile ([`Ledger::finish_drive`]).
+    /// status, unless the run stopped being this walk's meanwhile ([`Ledger::finish_drive`]).
     async fn drive_walk(&self, run_id: &str, given: Trigger<'_>) -> Result<Walked, Error> {
         // Read in place: the status, the compiled workflow and (unless the run ends here or the caller's copy is the
         // same document) the parsed trigger, without copying the run's record.
@@ -955,47 +956,40 @@ impl Engine {
             match end {
                 End::Done(output) => outputs.push(output),
                 End::Paused { reason, key } => {
-                    if !self.ledger.finish_drive(
-                        run_id,
-                        replays,
-                        RunStatus::Paused,
-                        Some(&reason),
-                        self.clock.now_ms(),
-                    )? {
-                        return Ok(Walked::Superseded);
-                    }
-                    self.observer.event(&Event::RunPaused { run_id, step_id: &step.id, key: &key, reason: &reason });
-                    return Ok(Walked::Ended(RunStatus::Paused));
+                    let event = Event::RunPaused { run_id, step_id: &step.id, key: &key, reason: &reason };
+                    return self.end_walk(run_id, replays, RunStatus::Paused, Some(&reason), &event);
                 }
                 End::Failed { reason } => {
-                    if !self.ledger.finish_drive(
-                        run_id,
-                        replays,
-                        RunStatus::Failed,
-                        Some(&reason),
-                        self.clock.now_ms(),
-                    )? {
-                        return Ok(Walked::Superseded);
-                    }
-                    self.observer.event(&Event::RunFailed { run_id, reason: &reason });
-                    return Ok(Walked::Ended(RunStatus::Failed));
+                    let event = Event::RunFailed { run_id, reason: &reason };
+                    return self.end_walk(run_id, replays, RunStatus::Failed, Some(&reason), &event);
                 }
             }
         }
-        if !self.ledger.finish_drive(run_id, replays, RunStatus::Succeeded, None, self.clock.now_ms())? {
-            return Ok(Walked::Superseded);
-        }
-        self.observer.event(&Event::RunSucceeded { run_id });
-        Ok(Walked::Ended(RunStatus::Succeeded))
+        self.end_walk(run_id, replays, RunStatus::Succeeded, None, &Event::RunSucceeded { run_id })
     }
 
-    /// Whether run `run_id` is still the one a drive that began under `replays` replays walks: running, with no
-    /// replay begun since.
+    /// Ends a walk begun under `replays` replays with the run's `status` ([`Ledger::finish_drive`]) and reports
+    /// `event`; [`Walked::Superseded`], with nothing written or reported, when the run is no longer the walk's.
+    fn end_walk(
+        &self,
+        run_id: &str,
+        replays: u32,
+        status: RunStatus,
+        reason: Option<&str>,
+        event: &Event<'_>,
+    ) -> Result<Walked, Error> {
+        if !self.ledger.finish_drive(run_id, replays, status, reason, self.clock.now_ms())? {
+            return Ok(Walked::Superseded);
+        }
+        self.observer.event(event);
+        Ok(Walked::Ended(status))
+    }
+
+    /// Whether run `run_id` is still the one a walk begun under `replays` replays may go on with
+    /// ([`RunRecord::walked_by`]).
     fn still_walking(&self, run_id: &str, replays: u32) -> Result<bool, Error> {
         let mut walking = false;
-        self.ledger.inspect_run(run_id, &mut |run| {
-            walking = run.is_some_and(|run| run.status == RunStatus::Running && run.replays == replays);
-        })?;
+        self.ledger.inspect_run(run_id, &mut |run| walking = run.is_some_and(|run| run.walked_by(replays)))?;
         Ok(walking)
     }
 

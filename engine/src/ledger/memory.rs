@@ -187,8 +187,8 @@ struct Rejected {
 }
 
 impl MemoryLedger {
-    /// Sets run `run_id` to `status`, unless `replays` is given and the run has seen another count of replays or is
-    /// no longer pending or running (a drive's end: [`Ledger::finish_drive`]); returns whether it wrote ([`Ledger::set_run_status`], [`Ledger::finish_drive`]).
+    /// Sets run `run_id` to `status` and returns whether it wrote: with `replays` given (a drive's end,
+    /// [`Ledger::finish_drive`]), only while the run is still that drive's ([`RunRecord::walked_by`]).
     fn set_status(
         &self,
         run_id: &str,
@@ -201,7 +201,7 @@ impl MemoryLedger {
         let Some(run) = inner.runs.get_mut(run_id) else {
             return Err(Error::NotFound { what: format!("run {run_id}") });
         };
-        if replays.is_some_and(|replays| replays != run.replays || !run.status.is_unfinished()) {
+        if replays.is_some_and(|replays| !run.walked_by(replays)) {
             return Ok(false);
         }
         let old = run.status;

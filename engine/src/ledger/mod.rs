@@ -200,6 +200,14 @@ pub struct RunRecord {
     pub replays: u32,
 }
 
+impl RunRecord {
+    /// Whether a drive that began when the run had seen `replays` replays may still go on with it, and end it: the run
+    /// is still pending or running, and no replay has begun since ([`Ledger::finish_drive`]).
+    pub fn walked_by(&self, replays: u32) -> bool {
+        self.replays == replays && self.status.is_unfinished()
+    }
+}
+
 /// What [`Ledger::begin_replay`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Replay {

@@ -1423,7 +1423,7 @@ fn update_run_status(
 ) -> Result<(bool, Commit)> {
     // Whether the run is unfinished now, when the cache knows: then one statement does.
     let unfinished_now = match known_run(conn, cache, run_id)? {
-        Some(Some(run)) if replays.is_some_and(|replays| replays != run.replays || !run.status.is_unfinished()) => {
+        Some(Some(run)) if replays.is_some_and(|replays| !run.walked_by(replays)) => {
             return Ok((false, Commit::MayWait));
         }
         Some(Some(run)) => Some(run.status.is_unfinished()),
