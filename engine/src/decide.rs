@@ -30,7 +30,10 @@
 //! write. When the API said the search cannot succeed on a retry (a bad query, a 403: not `retryable`), the record's
 //! error carries [`LOOKUP_REFUSED_MARK`], and retrying would only spend the attempts and their backoff: a `failed`
 //! record fails the step at once, an `unknown` one pauses the run for a person at once. (A keyed action looks up
-//! only past its retention, after an attempt that may have applied, so only its `unknown` row applies.)
+//! only past its retention, after an attempt that may have applied, so only its `unknown` row applies.) A call
+//! refused the same way ([`PERMANENT_MARK`], or [`KEY_REUSED_MARK`]: the API holds the key with another payload)
+//! after an attempt that may have applied is recorded `unknown` too, and pauses the run at once for the same reason:
+//! a resend would get the same answer.
 //!
 //! Policy [`Policy::Naive`] is the baseline "before the rules": a fresh connector key per attempt, no lookups, every
 //! failure retried while attempts remain, and the step failed when they run out.
@@ -275,11 +278,29 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
         }
         return retry_when_due(input, record, false);
     }
-    if record.status == Status::Unknown && record.error.as_deref().is_some_and(|e| e.starts_with(LOOKUP_REFUSED_MARK)) {
+    let error = if record.status == Status::Unknown { record.error.as_deref().unwrap_or("") } else { "" };
+    if error.starts_with(LOOKUP_REFUSED_MARK) {
         return Decision::Pause(evidence(
             record,
             "an earlier attempt may have applied, and the lookup that would tell was refused and cannot be retried; \
              a person must decide",
+        ));
+    }
+    // The last call was refused in a way no resend gets past (the API's answer to this very request, which a resend
+    // repeats), after an earlier attempt that may have applied: resending would spend the attempts and their backoff
+    // and end in the same pause, later.
+    if error.starts_with(PERMANENT_MARK) {
+        return Decision::Pause(evidence(
+            record,
+            "an earlier attempt may have applied, and the last call was refused and cannot be retried; a person must \
+             decide",
+        ));
+    }
+    if error.starts_with(KEY_REUSED_MARK) {
+        return Decision::Pause(evidence(
+            record,
+            "an earlier attempt may have applied, and the API holds this key with another payload; a person must \
+             decide",
         ));
     }
     match input.spec.class {

@@ -64,8 +64,10 @@ fn decisions_as_a_table() {
     let reused = format!("{KEY_REUSED_MARK}idempotency_error");
     let lookup_refused = format!("{LOOKUP_REFUSED_MARK}lookup failed, nothing sent: 400");
     let lookup_refused_unknown = format!("{LOOKUP_REFUSED_MARK}timeout; lookup failed: 400");
-    // A call's permanent refusal after an attempt that may have applied: unknown, and decided as any unknown record.
+    // A call's permanent refusal after an attempt that may have applied: unknown, and the run pauses at once.
     let permanent_unknown = format!("{PERMANENT_MARK}400 (an earlier attempt under this key may have applied)");
+    let reused_unknown =
+        format!("{KEY_REUSED_MARK}idempotency_error (an earlier attempt under this key may have applied)");
     let now = 10_000;
     let last = Some(LastCall { ended_ms: now, retry_after_ms: None });
     use Kind::*;
@@ -157,12 +159,52 @@ fn decisions_as_a_table() {
             Pause,
         ),
         (
-            "keyed unknown after a permanent refusal, in retention: resend as before",
+            "keyed unknown after a permanent refusal, in retention: pause at once, a resend gets the same answer",
             &keyed,
             Policy::Rules,
             Some(record(Unknown, 2, now - 200, 0, &permanent_unknown)),
             None,
             Some(now - 300),
+            false,
+            Pause,
+        ),
+        (
+            "lookup unknown after a permanent refusal: pause at once, no lookup",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, 0, &permanent_unknown)),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "keyed unknown after the key was found reused, in retention: pause at once",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 200, 0, &reused_unknown)),
+            None,
+            Some(now - 300),
+            false,
+            Pause,
+        ),
+        (
+            "keyed unknown after a permanent refusal, a person's retry: one attempt",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 200, 0, &permanent_unknown)),
+            None,
+            Some(now - 300),
+            true,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "naive, unknown after a permanent refusal: retried while attempts remain",
+            &keyed,
+            Policy::Naive,
+            Some(record(Unknown, 2, now - 900, 0, &permanent_unknown)),
+            None,
+            Some(now - 1_000),
             false,
             Attempt { lookup_first: false },
         ),

@@ -70,6 +70,38 @@ fn cases() -> Vec<Case> {
             Status::Succeeded,
         ),
         c("keyed: a permanent failure fails the step", k(), &[FailPermanent], Failed, 1, 0, 0, Status::Failed),
+        // The resend a timeout calls for is refused for good: a further resend would get the same answer, and the
+        // earlier attempt may have applied, so the run pauses at once instead of spending its attempts.
+        c(
+            "keyed: a permanent refusal after a timeout pauses at once",
+            k(),
+            &[TimeoutBefore, FailPermanent],
+            Paused,
+            2,
+            0,
+            0,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: a permanent refusal after a commit then timeout pauses at once",
+            k(),
+            &[ApplyThenTimeout, FailPermanent],
+            Paused,
+            2,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "keyed: the key found reused after a timeout pauses at once",
+            k(),
+            &[TimeoutBefore, KeyReused],
+            Paused,
+            2,
+            0,
+            0,
+            Status::Unknown,
+        ),
         c("keyed: attempts exhausted, none applied: failed", k(), &[FailRetryable; 4], Failed, 4, 0, 0, Status::Failed),
         c(
             "keyed: attempts exhausted after indeterminate: paused",
