@@ -9,7 +9,8 @@
 //! Wall time by default; with `FLOW_BENCH_CPU_TIME=1`, the benchmark thread's CPU time (on a shared machine the
 //! wall time mostly measures the wait for a core). The file variants' CPU time leaves out time blocked on I/O.
 //!
-//! Keys are spread pseudo-randomly (like blake3 keys). Ten steps share a run; a run is forgotten 100 runs after
+//! Keys are spread pseudo-randomly (like blake3 keys). Ten steps share a run, created before its first step (each
+//! claim checks its run is still running, as the engine's do); a run is forgotten 100 runs after
 //! its last step, so the ledger stays at a steady size (~1,000 records) and `forget_run` is part of the cost
 //! (amortised over its run's steps), as in a long simulation.
 
@@ -20,7 +21,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger, Synchronous};
-use engine::ledger::{Claim, Claimed, Completion, Ledger};
+use engine::ledger::{Claim, Claimed, Completion, Ledger, RunRecord, RunStatus};
 
 const STEPS_PER_RUN: u64 = 10;
 const RUNS_KEPT: u64 = 100;
@@ -73,6 +74,20 @@ impl Workload {
         let ring = self.run_ids.len() as u64;
         let key = Self::key(step);
         let run_id = &self.run_ids[(run % ring) as usize];
+        if step % STEPS_PER_RUN == 0 {
+            // A run is created (running) before its first step, as the engine does: each claim checks its run.
+            let run = RunRecord {
+                run_id: run_id.as_str().into(),
+                workflow: "signup".into(),
+                status: RunStatus::Running,
+                trigger: br#"{"email":"a@example.com"}"#.to_vec(),
+                reason: None,
+                created_ms: step,
+                updated_ms: step,
+                replays: 0,
+            };
+            assert!(ledger.create_run(run).expect("create run"));
+        }
         assert!(ledger.get(&key).expect("get").is_none());
         let claim = Claim {
             key,
@@ -85,6 +100,7 @@ impl Workload {
             lease_ms: 30_000,
             expected_fence: 0,
             durable,
+            walk: Some(0),
         };
         let Claimed::Granted { fence, .. } = ledger.claim(&claim).expect("claim") else {
             panic!("a fresh key was not granted");

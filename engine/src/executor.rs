@@ -220,8 +220,16 @@ struct Compiled {
 /// How one key (`T`: its output) or one step ([`StepEnd`]) ended in this drive.
 enum End<T> {
     Done(T),
-    Paused { reason: String, key: Key },
-    Failed { reason: String },
+    Paused {
+        reason: String,
+        key: Key,
+    },
+    Failed {
+        reason: String,
+    },
+    /// A claim found the run no longer the one this drive walks ([`Claimed::Superseded`]): the drive stops, and
+    /// writes nothing more.
+    Superseded,
 }
 
 type KeyEnd = End<Doc>;
@@ -233,6 +241,7 @@ impl<T> End<T> {
             End::Done(output) => End::Done(f(output)),
             End::Paused { reason, key } => End::Paused { reason, key },
             End::Failed { reason } => End::Failed { reason },
+            End::Superseded => End::Superseded,
         }
     }
 }
@@ -358,6 +367,8 @@ struct KeyJob<'a> {
     /// A later step's template names this step's output. When none does, a replay does not parse the stored output
     /// back: nothing in the drive would read it.
     output_needed: bool,
+    /// The replay count the drive began under: every claim checks the run still walks under it ([`Claim::walk`]).
+    replays: u32,
 }
 
 impl KeyJob<'_> {
@@ -378,6 +389,8 @@ struct Drive<'a> {
     new_run: bool,
     /// See [`KeyJob::output_needed`]; the step's, for each of its keys.
     output_needed: bool,
+    /// See [`KeyJob::replays`].
+    replays: u32,
 }
 
 /// What one decision of [`Engine::run_key`]'s loop leaves to do once the key's record is dropped.
@@ -929,14 +942,11 @@ impl Engine {
         for ((step, kind), &output_needed) in
             compiled.workflow.steps.iter().zip(&compiled.kinds).zip(&compiled.output_needed)
         {
-            // Before each step after the first (this drive read the run just before it): a drive that stalled, or
-            // waited out a call, past its lease may find that another worker paused the run meanwhile and a person
-            // aborted it, or that a replay began; then it walks no further, and sends nothing of a run that is no
-            // longer the one it began.
-            if !outputs.is_empty() && !self.still_walking(run_id, replays)? {
-                return Ok(Walked::Superseded);
-            }
-            let drive = Drive { run_id, new_run, output_needed };
+            // A drive that stalled, or waited out a call, past its lease may find that another worker paused the run
+            // meanwhile and a person aborted it, or that a replay began: every claim checks the run is still the one
+            // this drive began (`Claim::walk`), in the ledger's lock or transaction, so such a drive sends nothing of
+            // a run that is no longer its own, and stops at its next claim.
+            let drive = Drive { run_id, new_run, output_needed, replays };
             let end = match kind {
                 CompiledKind::Action(bound) => {
                     let StepKind::Action { inputs, .. } = &step.kind else { unreachable!("compiled from this step") };
@@ -963,6 +973,7 @@ impl Engine {
                     let event = Event::RunFailed { run_id, reason: &reason };
                     return self.end_walk(run_id, replays, RunStatus::Failed, Some(&reason), &event);
                 }
+                End::Superseded => return Ok(Walked::Superseded),
             }
         }
         self.end_walk(run_id, replays, RunStatus::Succeeded, None, &Event::RunSucceeded { run_id })
@@ -985,14 +996,6 @@ impl Engine {
         Ok(Walked::Ended(status))
     }
 
-    /// Whether run `run_id` is still the one a walk begun under `replays` replays may go on with
-    /// ([`RunRecord::walked_by`]).
-    fn still_walking(&self, run_id: &str, replays: u32) -> Result<bool, Error> {
-        let mut walking = false;
-        self.ledger.inspect_run(run_id, &mut |run| walking = run.is_some_and(|run| run.walked_by(replays)))?;
-        Ok(walking)
-    }
-
     async fn run_action_step(
         &self,
         drive: Drive<'_>,
@@ -1002,7 +1005,7 @@ impl Engine {
         trigger: &Doc,
         outputs: &[StepOutput],
     ) -> Result<StepEnd, Error> {
-        let Drive { run_id, new_run, output_needed } = drive;
+        let Drive { run_id, new_run, output_needed, replays } = drive;
         let inputs = workflow::render(template, trigger, outputs);
         // A first drive claims nearly every key, so the inputs hash comes with the key from one canonical write; a
         // re-drive mostly replays, and computes it only for a claim.
@@ -1025,6 +1028,7 @@ impl Engine {
             inputs_hash,
             new_run,
             output_needed,
+            replays,
         };
         Ok(self.run_key(&job).await?.map(StepOutput::One))
     }
@@ -1163,7 +1167,7 @@ impl Engine {
         reused: bool,
         built: Option<Vec<PlannedAction>>,
     ) -> Result<StepEnd, Error> {
-        let Drive { run_id, new_run, output_needed } = drive;
+        let Drive { run_id, new_run, output_needed, replays } = drive;
         let corrupt = |what: &str| Error::Corrupt(format!("plan of step {} of run {run_id}: {what}", step.id));
         let writes: Vec<PlannedAction> = match built {
             Some(writes) => writes,
@@ -1195,6 +1199,7 @@ impl Engine {
                 inputs_hash: new_run.then(|| *blake3::hash(&canonical).as_bytes()),
                 new_run,
                 output_needed,
+                replays,
             };
             match self.run_key(&job).await? {
                 End::Done(output) => outputs.push(output),
@@ -1330,6 +1335,7 @@ impl Engine {
                                     }
                                     // The record moved: read again; the resolution still applies.
                                     Claimed::Conflict(_) => resolution_used = false,
+                                    Claimed::Superseded => return Ok(End::Superseded),
                                 }
                             }
                         }
@@ -1360,6 +1366,7 @@ impl Engine {
                             Claimed::Granted { fence, attempt } => (fence, attempt),
                             // The record changed since it was read (another worker): read again and decide again.
                             Claimed::Conflict(_) => continue,
+                            Claimed::Superseded => return Ok(End::Superseded),
                         };
                         person_retry = false;
                         // Did an earlier attempt under this key maybe apply? Then a definite failure now does not make
@@ -1526,6 +1533,7 @@ impl Engine {
             lease_ms: self.config.lease_ms,
             expected_fence,
             durable,
+            walk: Some(job.replays),
         }
     }
 

@@ -94,6 +94,7 @@ fn writer(db: &Path, iteration: u64) {
             lease_ms: 30_000,
             expected_fence: 0,
             durable,
+            walk: None,
         };
         assert_eq!(ledger.claim(&claim).expect("claim"), Claimed::Granted { fence: 1, attempt: 1 });
         if !durable {

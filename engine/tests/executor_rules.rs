@@ -860,6 +860,7 @@ async fn a_first_drive_decides_on_a_key_that_is_recorded_already() {
             lease_ms: 40,
             expected_fence: 0,
             durable: false,
+            walk: None,
         };
         assert_eq!(ledger.claim(&claim).unwrap(), engine::ledger::Claimed::Granted { fence: 1, attempt: 1 });
         let failed = engine::ledger::Completion::Failed { error: "503 before processing".into() };

@@ -96,6 +96,7 @@ contract!(
     reopen_keeps_everything,
     inspect_outcome_lends_status_and_output,
     completion_releases_the_lease,
+    a_claim_checks_the_run_its_drive_walks,
 );
 
 // --- helpers ------------------------------------------------------------------------------------------------------
@@ -116,6 +117,7 @@ fn claim_of<'a>(key: Key, run_id: &'a str, worker: &'a str, now_ms: u64, expecte
         lease_ms: 100,
         expected_fence,
         durable: false,
+        walk: None,
     }
 }
 
@@ -1031,4 +1033,41 @@ fn completion_releases_the_lease(f: Fixture) {
     let before = l.get(&key(50)).unwrap();
     assert_err(l.complete(&key(50), 2, failed(), 5), &Error::Fenced { key: key(50), presented: 2, current: 1 });
     assert_eq!(l.get(&key(50)).unwrap(), before);
+}
+
+/// A claim made for a drive ([`Claim::walk`]) is granted only while its run is pending or running under the replay
+/// count the drive began with; otherwise it is `Superseded` and writes nothing: not the key's record, not its
+/// fence. Decided on the run as it is at the claim, so a decision or a replay filed in between counts.
+fn a_claim_checks_the_run_its_drive_walks(f: Fixture) {
+    let l = &*f.ledger;
+    let walk = |k: Key, run_id: &'static str, replays: u32, expected_fence: u64| {
+        let mut claim = claim_of(k, run_id, "w1", 10, expected_fence);
+        claim.walk = Some(replays);
+        l.claim(&claim)
+    };
+    // No such run.
+    assert_eq!(walk(key(1), "gone", 0, 0).unwrap(), Claimed::Superseded);
+    assert!(l.get(&key(1)).unwrap().is_none());
+    // Pending and running runs are walked; a fresh key and a taken one are granted.
+    l.create_run(run_of("p", RunStatus::Pending)).unwrap();
+    assert_eq!(granted(walk(key(2), "p", 0, 0)), (1, 1));
+    l.create_run(run_of("r", RunStatus::Running)).unwrap();
+    assert_eq!(granted(walk(key(3), "r", 0, 0)), (1, 1));
+    l.complete(&key(3), 1, unknown(), 11).unwrap();
+    assert_eq!(granted(walk(key(3), "r", 0, 1)), (2, 2));
+    // Another replay count: a replay began since the drive did (or the drive is the older one).
+    assert_eq!(walk(key(4), "r", 1, 0).unwrap(), Claimed::Superseded);
+    assert!(l.get(&key(4)).unwrap().is_none());
+    // A run another drive paused, or a person decided, or that ended: nothing written, fresh or taken key.
+    l.complete(&key(3), 2, unknown(), 12).unwrap();
+    for status in [RunStatus::Paused, RunStatus::Failed, RunStatus::Succeeded] {
+        l.set_run_status("r", status, Some("stopped"), 13).unwrap();
+        assert_eq!(walk(key(5), "r", 0, 0).unwrap(), Claimed::Superseded, "{status:?}");
+        assert!(l.get(&key(5)).unwrap().is_none(), "{status:?}");
+        assert_eq!(walk(key(3), "r", 0, 2).unwrap(), Claimed::Superseded, "{status:?}");
+        let record = l.get(&key(3)).unwrap().unwrap();
+        assert_eq!((record.fence, record.attempt_count, record.status), (2, 2, Status::Unknown), "{status:?}");
+    }
+    // Without `walk` the run is not looked at (callers outside a drive).
+    assert_eq!(granted(l.claim(&claim_of(key(6), "gone", "w1", 10, 0))), (1, 1));
 }

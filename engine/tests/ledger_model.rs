@@ -102,6 +102,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
                 lease_ms: 100,
                 expected_fence,
                 durable,
+                walk: None,
             };
             format!("{:?}", l.claim(&claim))
         }

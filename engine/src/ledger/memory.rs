@@ -319,6 +319,11 @@ impl Ledger for MemoryLedger {
 
     fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
         let mut inner = self.lock();
+        if let Some(replays) = claim.walk
+            && !inner.runs.get(claim.run_id).is_some_and(|run| run.walked_by(replays))
+        {
+            return Ok(Claimed::Superseded);
+        }
         match transition::claim(inner.steps.get_mut(&claim.key).map(|r| &mut **r), claim)? {
             ClaimEffect::Insert(record, granted) => {
                 file_under_run(&mut inner.keys_by_run, claim.run_id, claim.key, RUN_KEYS_CAPACITY);

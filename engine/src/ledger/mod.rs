@@ -107,6 +107,12 @@ pub struct Claim<'a> {
     /// Must the intent be on disk before the call? True for at-most-once and lookup-before-create actions (see
     /// `ARCHITECTURE.md`, "group commit"); keyed intents may be group-committed.
     pub durable: bool,
+    /// The replay count the claimant's drive of `run_id` began under ([`RunRecord::replays`]). The claim is refused
+    /// with [`Claimed::Superseded`], nothing written, unless the run is still pending or running under it
+    /// ([`RunRecord::walked_by`]), checked in the same lock or transaction as the claim: so a drive that stalled
+    /// past its lease sends nothing once a person decided the run, another drive paused or ended it, or a replay
+    /// began, however late it wakes. `None` claims without the check, for callers outside a drive (tests, tools).
+    pub walk: Option<u32>,
 }
 
 /// What a claim did.
@@ -116,6 +122,9 @@ pub enum Claimed {
     Granted { fence: u64, attempt: u32 },
     /// The record is not as the claimant read it, or another worker holds an unexpired lease. Re-read and decide.
     Conflict(Box<StepRecord>),
+    /// The run is no longer the one the claimant's drive walks ([`Claim::walk`]), or no longer exists: nothing was
+    /// written, and the drive stops.
+    Superseded,
 }
 
 /// The recorded end of an attempt.

@@ -1500,6 +1500,22 @@ fn known_run<'c>(conn: &Connection, cache: &'c Cache, run_id: &str) -> Result<Op
     Ok(Some(known))
 }
 
+/// Whether a claim may go on by its [`Claim::walk`]: no check asked, or run `run_id` is pending or running under
+/// the replay count the claimant's drive began with ([`RunRecord::walked_by`]). Decided on the cached run when the
+/// cache holds it (or knows it absent), else by one indexed read, inside the claim's lock or transaction.
+fn walk_holds(conn: &Connection, cache: Option<&Cache>, claim: &Claim<'_>) -> Result<bool> {
+    let Some(replays) = claim.walk else { return Ok(true) };
+    if let Some(cache) = cache
+        && let Some(known) = known_run(conn, cache, claim.run_id)?
+    {
+        return Ok(known.is_some_and(|run| run.walked_by(replays)));
+    }
+    let mut stmt = conn
+        .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1 AND replays = ?2 AND unfinished = 1")
+        .map_err(storage)?;
+    stmt.exists(params![claim.run_id, replays]).map_err(storage)
+}
+
 /// The row of `key` for a write to decide on, and whether it was claimed durably: the cached record (checked against
 /// SQLite in debug builds), or the row read into `loaded` when the cache cannot say, for the caller to cache once
 /// it is written.
@@ -1526,6 +1542,9 @@ fn step_to_write<'a>(
 
 /// A claim with the cache on, decided on the cached record where there is one: one statement, nothing read.
 fn claim_cached(conn: &Connection, cache: &mut Cache, claim: &Claim<'_>, commit: Commit) -> Result<(Claimed, Commit)> {
+    if !walk_holds(conn, Some(cache), claim)? {
+        return Ok((Claimed::Superseded, Commit::MayWait));
+    }
     // A fresh key the cache cannot place: insert first, as without a cache, and read only if it was taken.
     if claim.expected_fence == 0
         && matches!(cache.step(&claim.key), Cached::Unknown)
@@ -1638,8 +1657,10 @@ impl Ledger for SqliteLedger {
             // under the same lock, when the cache does not hold it), and no other connection writes.
             return self.write_one_cached(|conn, cache| claim_cached(conn, cache, claim, commit));
         }
-        if claim.expected_fence == 0 {
-            // The common case, a fresh key: one insert, and nothing read first.
+        // A claim that checks its drive's run reads the run first, so it takes the transaction below: the read and
+        // the write must be one step, or another process's decision could land between them.
+        if claim.expected_fence == 0 && claim.walk.is_none() {
+            // A fresh key: one insert, and nothing read first.
             let inserted = self.write_one(|conn| {
                 if let ClaimEffect::Insert(record, granted) = transition::claim(None, claim)?
                     && store_step(conn, &record, claim.durable, Row::New)? == 1
@@ -1652,8 +1673,12 @@ impl Ledger for SqliteLedger {
                 return Ok(granted);
             }
         }
-        // The key is taken: decide on the stored record, read and written in one transaction.
+        // The key is taken, or the run must be checked: decide on the stored records, read and written in one
+        // transaction.
         self.write(|conn| {
+            if !walk_holds(conn, None, claim)? {
+                return Ok((Claimed::Superseded, Commit::MayWait));
+            }
             let mut stored = load_step(conn, &claim.key)?;
             // A key claimed durably once stays durable: its completion must not wait either.
             let durable = claim.durable || stored.as_ref().is_some_and(|(_, d)| *d);
