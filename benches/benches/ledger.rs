@@ -74,7 +74,7 @@ impl Workload {
         let ring = self.run_ids.len() as u64;
         let key = Self::key(step);
         let run_id = &self.run_ids[(run % ring) as usize];
-        if step % STEPS_PER_RUN == 0 {
+        if step.is_multiple_of(STEPS_PER_RUN) {
             // A run is created (running) before its first step, as the engine does: each claim checks its run.
             let run = RunRecord {
                 run_id: run_id.as_str().into(),
