@@ -418,7 +418,7 @@ fn a_v2_ledger_file_migrates_and_flow_says_what_to_do() {
     }
     let version: i64 =
         rusqlite::Connection::open(&path).unwrap().pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, engine::ledger::sqlite::SCHEMA_VERSION);
     let (code, out, err) = flow(&["paused", "--ledger", path.to_str().unwrap()]);
     eprintln!("flow paused on v3: code {code}\nstdout: {out}\nstderr: {err}");
     assert_eq!(code, 0, "{err}");
