@@ -423,6 +423,8 @@ fn a_v2_ledger_file_migrates_and_flow_says_what_to_do() {
     eprintln!("flow paused on v3: code {code}\nstdout: {out}\nstderr: {err}");
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("held"), "{out}");
+    let (code, out, err) = flow(&["replays", "--ledger", path.to_str().unwrap(), "--run", "done"]);
+    assert_eq!((code, out.as_str(), err.as_str()), (0, "1\t1970-01-01T00:00:00.003Z\t{}\t{\"v\":1}\n", ""));
 }
 
 /// As above, with the old trigger's later step at-most-once and timing out after it applied: sent by the stalled
