@@ -30,26 +30,31 @@
 //! `-wal` or `-shm` this user may not read (or, for `resolve`, write), a directory `resolve` may not create SQLite's
 //! `-wal` or `-shm` in, a damaged ledger (a page SQLite finds malformed, its `SQLITE_CORRUPT`: "the ledger file is
 //! damaged", with the `sqlite3 FILE "PRAGMA integrity_check"` that says what is damaged); 2 bad usage or bad input,
-//! with a message naming it (a file that is not a ledger, a run id the ledger does not hold, a blank `--run`,
-//! `--mark-done` that is not valid JSON, a blank `--by` or one with a control character, the last three told before
-//! anything is opened), and the ledger left as it was. `paused` and `replays` exit 0, 1 (a storage error) or 2 (bad
-//! input) the same way. Both kinds of SQLite failure are told apart as the ledger tells them
-//! ([`engine::ledger::sqlite::open_failure`] when a file is opened, [`engine::ledger::Error`] after), and every
-//! command says a failure of the ledger one way: a damaged ledger is damaged whichever command, and whichever read,
-//! finds it (`paused` reads only the runs, `resolve` a run's step too).
+//! with a message naming it (a file that is not a ledger, a ledger of a newer schema version, or for `resolve` of an
+//! older one, a run id the ledger does not hold, a blank `--run`, `--mark-done` that is not valid JSON, a blank `--by`
+//! or one with a control character, the last three told before anything is opened), and the ledger left as it was.
+//! `paused` and `replays` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite failure
+//! are told apart as the ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened,
+//! [`engine::ledger::Error`] after), and every command says a failure of the ledger one way: a damaged ledger is
+//! damaged whichever command, and whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
 //!
-//! Every command opens only a file that already is a Flow ledger of this build's schema: a missing file, a path that
-//! is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told by its metadata, before
-//! anything opens it, so a FIFO does not block), an empty file (a mistyped path that something created), a file that
-//! is not SQLite, a SQLite database whose tables are not the ledger's, or a ledger of another schema version is
-//! refused with exit 2 and left as it was, never turned into a new ledger or migrated. `paused` and `replays` only
-//! read the file; `resolve` checks the run reading only, and opens the file to write only then, and only if this
-//! user may write it and its `-wal` and `-shm`, and create them in its directory when they are not there
-//! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
-//! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
-//! (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an object: a
-//! step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds any
-//! document), and templates read any value (a path into one that has no such member renders as `null`).
+//! Every command opens only a file that already is a Flow ledger of this build's schema version or an older one: a
+//! missing file, a path that is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told
+//! by its metadata, before anything opens it, so a FIFO does not block), an empty file (a mistyped path that
+//! something created), a file that is not SQLite, a SQLite database whose tables are not those of a ledger of its
+//! schema version, or a ledger of a newer schema version is refused with exit 2 and left as it was, never turned into
+//! a new ledger or migrated. `paused` and `replays` only read the file, of an older schema version too, as it is
+//! ([`SqliteLedger::open_read_only`]: what its version lacks read as its migration would set it, no replay history
+//! before version 4), so that looking at a ledger that workers of an older build still use changes nothing for
+//! them. `resolve` checks the run reading only, and opens the file to write only then, and only if it is of this
+//! build's schema version (a ledger of an older one is refused, exit 2, saying what to do: `flow` does not migrate a
+//! ledger, as the older build's workers would then refuse it when they next start; a worker of this build migrates
+//! it when it opens it) and this user may write it and its `-wal` and `-shm`, and create them in its directory when
+//! they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON
+//! parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be
+//! keyed by (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an
+//! object: a step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds
+//! any document), and templates read any value (a path into one that has no such member renders as `null`).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -130,7 +135,8 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 enum Refusal {
     /// It is not a Flow ledger (or no file at all): bad input, exit 2.
     NotALedger(String),
-    /// A Flow ledger of an older or newer schema version than this build's, which `flow` does not migrate: exit 2.
+    /// A Flow ledger of a newer schema version than this build's, which `flow` cannot read, or (for `resolve`) of an
+    /// older one, which `flow` does not migrate: exit 2.
     OtherSchema(String),
     /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
     /// this user may not read or write it, or create SQLite's files beside it, a page of it is damaged): a storage
@@ -190,10 +196,11 @@ fn ledger_failure(path: &Path, e: &LedgerError) -> String {
     }
 }
 
-/// The tables of a ledger of this build and their columns, from its migrations applied to an empty database.
-fn ledger_tables() -> Result<BTreeMap<String, Vec<String>>, String> {
+/// The tables of a ledger of schema version `version` (at most this build's) and their columns, from the migrations
+/// up to it applied to an empty database.
+fn ledger_tables(version: i64) -> Result<BTreeMap<String, Vec<String>>, String> {
     let conn = rusqlite::Connection::open_in_memory().map_err(|e| e.to_string())?;
-    for migration in MIGRATIONS {
+    for migration in MIGRATIONS.iter().take(usize::try_from(version).unwrap_or(0)) {
         conn.execute_batch(migration).map_err(|e| e.to_string())?;
     }
     tables(&conn).map_err(|e| e.to_string())
@@ -239,10 +246,10 @@ fn io_refusal(e: std::io::Error, doing: &str) -> Refusal {
     }
 }
 
-/// Refuses `path` unless it already is a Flow ledger, reading it only. `SqliteLedger::open` creates the schema in a
-/// file that has none, which is right for a worker starting a new ledger but would turn a mistyped path (an empty
-/// file, another database) into an empty ledger that lists no paused runs. The refusal's message does not name the
-/// file.
+/// Refuses `path` unless it already is a Flow ledger, of this build's schema version or an older one, reading it
+/// only. `SqliteLedger::open` creates the schema in a file that has none, which is right for a worker starting a new
+/// ledger but would turn a mistyped path (an empty file, another database) into an empty ledger that lists no paused
+/// runs. The refusal's message does not name the file.
 fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     use std::io::Read;
     let not_a_ledger = |reason: String| Err(Refusal::NotALedger(reason));
@@ -269,8 +276,13 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     // A connection that cannot change the file, even if it turns out not to be a ledger.
     let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| sqlite_refusal(path, &e, "cannot open it"))?;
     let cannot_read = |e| sqlite_refusal(path, &e, "SQLite cannot read it");
-    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
-    let found = tables(&conn).map_err(cannot_read)?;
+    // The version and the tables in one snapshot: a worker of this build may migrate the file meanwhile, and a
+    // version read before its migration with the tables after would not match them.
+    let (version, found) = {
+        let look = conn.unchecked_transaction().map_err(cannot_read)?;
+        let version: i64 = look.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
+        (version, tables(&look).map_err(cannot_read)?)
+    };
     if version < 1 || !found.contains_key("runs") {
         return not_a_ledger("a SQLite database without the ledger schema".to_string());
     }
@@ -279,14 +291,9 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
             "its schema version is {version}, newer than this flow's {SCHEMA_VERSION}: use a newer flow"
         )));
     }
-    if version < SCHEMA_VERSION {
-        // A write would migrate the file, after which a worker of the older build still using it would refuse it.
-        return Err(Refusal::OtherSchema(format!(
-            "its schema version is {version}, older than this flow's {SCHEMA_VERSION}; flow does not migrate a \
-             ledger: a worker of this build does when it opens the file"
-        )));
-    }
-    let expected = ledger_tables().map_err(Refusal::NotALedger)?;
+    // A ledger of an older version is read as it is (`SqliteLedger::open_read_only`): its tables are those of its
+    // version.
+    let expected = ledger_tables(version).map_err(Refusal::NotALedger)?;
     for (table, columns) in &expected {
         match found.get(table) {
             None => return not_a_ledger(format!("a SQLite database without the ledger's table {table}")),
@@ -387,13 +394,23 @@ fn main() -> ExitCode {
                     ),
                 )
             };
-            match open_read_only(&path).map(|l| engine::executor::resolvable(&l, &run)) {
+            let look = match open_read_only(&path) {
+                Ok(l) => l,
                 Err(refusal) => return refusal.fail(),
-                Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
-                Ok(Err(engine::executor::Error::Ledger(e))) => return ledger_refusal(&path, &e).fail(),
+            };
+            match engine::executor::resolvable(&look, &run) {
+                Err(engine::executor::Error::UnknownRun(_)) => return unknown_run(),
+                Err(engine::executor::Error::Ledger(e)) => return ledger_refusal(&path, &e).fail(),
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
-                Ok(Err(e)) => return fail(1, &format!("{}: {e}", path.display())),
-                Ok(Ok(_)) => {}
+                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                Ok(_) => {}
+            }
+            let version = look.schema_version();
+            // Closed before the file is opened to write: a look at a log without a `-shm` holds SQLite's exclusive
+            // lock (`open_unchanged`).
+            drop(look);
+            if version < SCHEMA_VERSION {
+                return Refusal::OtherSchema(older_schema(&path, version)).fail();
             }
             // SQLite opens a file (or its -wal, -shm) this user may only read read-only and fails only at the write,
             // after its read left files that lock the owner out, and says only that the database is read-only when it
@@ -420,6 +437,21 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Why `resolve` does not record a decision in the ledger at `path`, of the older schema version `version`: opened to
+/// write, the file would be migrated to this build's version, after which the workers of the build that wrote it,
+/// which may still be using it, would refuse it when they next start (a ledger of a newer schema than theirs). So
+/// `flow` leaves migrating to the workers, and says how to record the decision meanwhile.
+fn older_schema(path: &Path, version: i64) -> String {
+    format!(
+        "{}: a Flow ledger of an older schema: its schema version is {version}, older than this flow's \
+         {SCHEMA_VERSION}; flow records a decision only in a ledger of its own schema version and does not migrate \
+         one (the workers of the build that wrote it would then refuse the file when they next start): record it with \
+         the flow of the workers' build, or once a worker of this build has opened the ledger, which migrates it; \
+         nothing was written",
+        path.display()
+    )
 }
 
 /// `flow replays`: the replays of run `run` in the ledger at `path`, one a line (see the module doc).
