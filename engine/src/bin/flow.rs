@@ -111,13 +111,13 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         by: String,
     },
-    /// Show a run's replays, oldest first, one a line: number, when it began (UTC), the trigger it replaced and the
-    /// trigger it set (JSON), separated by tabs.
+    /// Show a run's replays, one a line: number, start (UTC), trigger replaced, trigger set, separated by tabs.
     ///
-    /// A trigger is the JSON the ledger holds, with control characters, U+2028, U+2029 and the bidirectional
-    /// formatting characters written as JSON `\uXXXX` escapes, so each field is valid JSON on one line. Replays the
-    /// ledger has no entry for (begun before it kept a history, or by a worker of an older build) are named on
-    /// standard error, and a trigger unknown for that reason is an empty field.
+    /// Oldest first. A replay's start is RFC 3339 UTC, to the millisecond. A trigger is the JSON the ledger holds,
+    /// with control characters, U+2028, U+2029 and the bidirectional formatting characters written as JSON `\uXXXX`
+    /// escapes, so each field is valid JSON on one line. Replays the ledger has no entry for (begun before it kept a
+    /// history, or by a worker of an older build) are named on standard error, and a trigger unknown for that reason
+    /// is an empty field.
     Replays {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
