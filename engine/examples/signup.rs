@@ -88,8 +88,8 @@ mod demo {
     use engine::key::Key;
     use engine::ledger::sqlite::{Options, SqliteLedger};
     use engine::ledger::{
-        self, Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ResolutionRecord, RunRecord, RunStatus,
-        StepOutcome, StepRecord,
+        self, Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ReplayEntry, ResolutionRecord, RunRecord,
+        RunStatus, StepOutcome, StepRecord,
     };
     use engine::workflow::Workflow;
     use std::collections::{BTreeMap, BTreeSet};
@@ -335,6 +335,9 @@ mod demo {
         }
         fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> ledger::Result<Replay> {
             self.ledger.begin_replay(run_id, trigger, now_ms)
+        }
+        fn replay_history(&self, run_id: &str) -> ledger::Result<Vec<ReplayEntry>> {
+            self.ledger.replay_history(run_id)
         }
         fn finish_drive(
             &self,

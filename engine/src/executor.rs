@@ -753,7 +753,9 @@ impl Engine {
     /// changed ones run exactly once under their new keys. The edited trigger becomes the run's trigger
     /// ([`Ledger::begin_replay`]): the run is set running with it in one transaction, so a worker that resumes the run
     /// after a crash mid-replay drives the edit, as this call would have, and a later replay or `flow` shows what
-    /// the run last ran with. (The steps the original trigger ran keep their records under their own keys.)
+    /// the run last ran with. The trigger it replaces is kept in the run's replay history in the same transaction
+    /// ([`Ledger::replay_history`], `flow replays`), and the steps the earlier trigger ran keep their records under
+    /// their own keys.
     ///
     /// Only a run that has succeeded or failed is replayed (a failed run's steps definitely did not apply, or a
     /// person aborted it: a decision made). Any other is refused with [`Error::NotFinished`], the ledger left as it

@@ -9,7 +9,7 @@ use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, Outcome
 use engine::event::CrashPoint;
 use engine::executor::{Engine, Error};
 use engine::ledger::sqlite::{Options, SqliteLedger};
-use engine::ledger::{Ledger, Replay, RunRecord, RunStatus};
+use engine::ledger::{Ledger, Replay, ReplayEntry, RunRecord, RunStatus};
 use serde_json::json;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
@@ -127,6 +127,12 @@ async fn a_second_replay_begun_while_one_is_in_flight_is_refused() {
         // Once it has finished, the other edit may replay.
         assert_eq!(engine.replay("r1", &seven).await.unwrap(), RunStatus::Succeeded, "{name}");
         assert_eq!(connector.effects().len(), 3, "{name}");
+        // The history keeps what each replay replaced, the refused one nothing; the last edit is the run's trigger.
+        let replaced: Vec<(u32, Vec<u8>)> =
+            ledger.replay_history("r1").unwrap().into_iter().map(|e| (e.replay, e.replaced_trigger)).collect();
+        let five = canonical::to_vec(&engine::doc!({"amount": 5})).unwrap();
+        assert_eq!(replaced, vec![(1, five), (2, canonical::to_vec(&six).unwrap())], "{name}");
+        assert_eq!(ledger.get_run("r1").unwrap().unwrap().trigger, canonical::to_vec(&seven).unwrap(), "{name}");
     }
 }
 
@@ -149,6 +155,7 @@ async fn a_replay_of_a_run_of_an_unknown_workflow_leaves_the_run_finished() {
         let refused = engine.replay("r1", &engine::doc!({"amount": 6})).await;
         assert!(matches!(&refused, Err(Error::UnknownWorkflow(w)) if w == "gone"), "{name}: {refused:?}");
         assert_eq!(ledger.get_run("r1").unwrap().unwrap(), run, "{name}: the run is left as it was");
+        assert_eq!(ledger.replay_history("r1").unwrap(), [], "{name}: no replay began");
         let unknown = engine.replay("r9", &engine::doc!({"amount": 6})).await;
         assert!(matches!(&unknown, Err(Error::UnknownRun(r)) if r == "r9"), "{name}: {unknown:?}");
     }
@@ -195,6 +202,8 @@ fn two_processes_beginning_a_replay_at_once_cannot_both_begin() {
         let stored = setup.get_run(&run_id).unwrap().unwrap();
         assert_eq!(stored.status, RunStatus::Running);
         assert!(stored.trigger == b"{\"by\":0}" || stored.trigger == b"{\"by\":1}", "round {round}");
+        let history = setup.replay_history(&run_id).unwrap();
+        assert_eq!(history, [ReplayEntry { replay: 1, replaced_trigger: b"{}".to_vec(), replayed_ms: 10 }], "{round}");
     }
 }
 

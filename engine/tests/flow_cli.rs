@@ -263,10 +263,11 @@ fn paused_and_resolve_refuse_what_is_not_a_regular_file() {
     }
 }
 
-/// A database that looks like a ledger at a glance (a `runs` table, a schema version) but is not one of this build's
-/// schema is refused without being changed: `flow` neither migrates a ledger (an older worker still using it would
-/// then refuse it) nor writes into another program's database. A ledger in another journal mode than the engine's is
-/// read as it is: a listing, or a refusal, leaves it byte for byte as it was.
+/// A database that looks like a ledger at a glance (a `runs` table, a schema version) but is not one of a ledger's
+/// schema is refused without being changed, and so is a ledger of a newer schema: `flow` writes into neither. A
+/// ledger of an older schema is listed as it is, and a decision about it refused: `flow` does not migrate a ledger (an
+/// older worker still using it would then refuse it). A ledger in another journal mode than the engine's is read as it
+/// is: a listing, or a refusal, leaves it byte for byte as it was.
 #[test]
 fn a_ledger_of_another_schema_or_journal_mode_is_left_as_it_was() {
     use engine::ledger::sqlite::{MIGRATIONS, SCHEMA_VERSION};
@@ -279,6 +280,21 @@ fn a_ledger_of_another_schema_or_journal_mode_is_left_as_it_was() {
             conn.execute_batch(migration).unwrap();
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION - 1).unwrap();
+        let reason = format!("at-most-once step payout: outcome unknown [key {}]", "ab".repeat(32));
+        conn.execute(
+            "INSERT INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms) \
+             VALUES ('r1', 'wf', 'paused', X'7b7d', ?1, 1, 2)",
+            [reason],
+        )
+        .unwrap();
+    }
+    let newer = dir.path().join("newer.db");
+    {
+        let conn = rusqlite::Connection::open(&newer).unwrap();
+        for migration in MIGRATIONS {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
     }
     let lookalike = dir.path().join("lookalike.db");
     {
@@ -287,20 +303,33 @@ fn a_ledger_of_another_schema_or_journal_mode_is_left_as_it_was() {
         conn.pragma_update(None, "user_version", SCHEMA_VERSION).unwrap();
     }
     let before = snapshot(dir.path());
+    let older_file = older.to_str().unwrap();
+    let (code, stdout, stderr) = flow(&["paused", "--ledger", older_file]);
+    let listed = format!("r1\twf\tat-most-once step payout: outcome unknown [key {}]\n", "ab".repeat(32));
+    assert_eq!((code, stdout), (0, listed), "{stderr}");
+    assert_eq!(snapshot(dir.path()), before, "listing an older ledger changed the directory");
+    let newer_says = format!(
+        "a Flow ledger of another schema: its schema version is {}, newer than this flow's {SCHEMA_VERSION}",
+        SCHEMA_VERSION + 1
+    );
     let older_says = format!(
-        "a Flow ledger of another schema: its schema version is {}, older than this flow's {SCHEMA_VERSION}",
+        "{older_file}: a Flow ledger of an older schema: its schema version is {}, older than this flow's \
+         {SCHEMA_VERSION}",
         SCHEMA_VERSION - 1
     );
     let cases = [
-        (&older, older_says.as_str()),
-        (&lookalike, "not a Flow ledger: a SQLite database without the ledger's table"),
+        (&older, &["resolve"][..], older_says.as_str()),
+        (&newer, &["paused", "resolve"], newer_says.as_str()),
+        (&lookalike, &["paused", "resolve"], "not a Flow ledger: a SQLite database without the ledger's table"),
     ];
-    for (file, says) in cases {
+    for (file, commands, says) in cases {
         let file = file.to_str().unwrap();
-        for args in
-            [&["paused", "--ledger", file][..], &["resolve", "--ledger", file, "--run", "r1", "--abort", "--by", "al"]]
-        {
-            let (code, stdout, stderr) = flow(args);
+        for command in commands {
+            let args = match *command {
+                "paused" => vec!["paused", "--ledger", file],
+                _ => vec!["resolve", "--ledger", file, "--run", "r1", "--abort", "--by", "al"],
+            };
+            let (code, stdout, stderr) = flow(&args);
             assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
             assert!(stderr.contains(says), "{args:?}: {stderr}");
             assert_eq!(snapshot(dir.path()), before, "{args:?} changed the directory");

@@ -11,8 +11,8 @@ use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{
-    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Resolution, ResolutionRecord, RunRecord, RunStatus,
-    Status, StepOutcome,
+    Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Replay, ReplayEntry, Resolution, ResolutionRecord,
+    RunRecord, RunStatus, Status, StepOutcome,
 };
 
 /// A ledger under test, plus a way to reopen it (files only) and the temp dir that must outlive it.
@@ -94,6 +94,7 @@ contract!(
     a_decision_is_filed_once_and_only_while_the_run_waits_for_it,
     forget_run_drops_everything_of_the_run,
     reopen_keeps_everything,
+    replay_history_keeps_every_replaced_trigger,
     inspect_outcome_lends_status_and_output,
     completion_releases_the_lease,
     a_claim_checks_the_run_its_drive_walks,
@@ -594,6 +595,7 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
     let l = &*f.ledger;
     for (run_id, first) in [("gone", 1u8), ("kept", 101u8)] {
         l.create_run(run_of(run_id, RunStatus::Succeeded)).unwrap();
+        assert_eq!(l.begin_replay(run_id, br#"{"a":2}"#, 1).unwrap(), Replay::Begun);
         for i in 0..20u8 {
             let k = key(first + i);
             granted(l.claim(&claim_of(k, run_id, "w", 0, 0)));
@@ -627,8 +629,10 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
     assert_eq!(l.get(&key(61)).unwrap(), None);
     assert_eq!(l.get_run("gone").unwrap(), None);
     assert_eq!(l.resolutions("gone").unwrap(), []);
+    assert_eq!(l.replay_history("gone").unwrap(), []);
     assert!(l.get_run("kept").unwrap().is_some());
     assert_eq!(l.resolutions("kept").unwrap().len(), 1);
+    assert_eq!(l.replay_history("kept").unwrap().len(), 1);
     // A forgotten key starts afresh.
     assert_eq!(granted(l.claim(&claim_of(key(1), "gone", "w", 5, 0))), (1, 1));
 }
@@ -666,6 +670,53 @@ fn reopen_keeps_everything(f: Fixture) {
     assert_eq!(l.get_run("run-1").unwrap().map(|r| r.status), Some(RunStatus::Failed));
     assert_eq!(l.paused_runs().unwrap(), ["run-4"]);
     assert_eq!(l.unfinished_runs().unwrap(), ["run-2"]);
+}
+
+fn history_entry(replay: u32, replaced_trigger: &[u8], replayed_ms: u64) -> ReplayEntry {
+    ReplayEntry { replay, replaced_trigger: replaced_trigger.to_vec(), replayed_ms }
+}
+
+/// Each replay that begins files the trigger it replaced in the run's history, under its number and time, oldest
+/// first; a refused one files nothing. The history is the run's own, outlives a reopen, and goes with the run.
+fn replay_history_keeps_every_replaced_trigger(f: Fixture) {
+    let Fixture { ledger, reopen, _dir } = f;
+    let l = &*ledger;
+    assert_eq!(l.replay_history("r1").unwrap(), [], "an unknown run has none");
+    l.create_run(run_of("r1", RunStatus::Succeeded)).unwrap();
+    l.create_run(run_of("r2", RunStatus::Failed)).unwrap();
+    assert_eq!(l.replay_history("r1").unwrap(), [], "a run never replayed has none");
+    assert_eq!(l.begin_replay("r1", br#"{"a":2}"#, 10).unwrap(), Replay::Begun);
+    let running = Replay::Refused { status: RunStatus::Running, reason: None };
+    assert_eq!(l.begin_replay("r1", br#"{"a":9}"#, 11).unwrap(), running);
+    assert!(l.finish_drive("r1", 1, RunStatus::Failed, Some("declined"), 12).unwrap());
+    assert_eq!(l.begin_replay("r1", br#"{"a":3}"#, 13).unwrap(), Replay::Begun);
+    assert!(l.finish_drive("r1", 2, RunStatus::Paused, Some("a person looks"), 14).unwrap());
+    let paused = Replay::Refused { status: RunStatus::Paused, reason: Some("a person looks".into()) };
+    assert_eq!(l.begin_replay("r1", br#"{"a":9}"#, 15).unwrap(), paused);
+    assert_eq!(l.begin_replay("r2", br#"{"b":1}"#, 16).unwrap(), Replay::Begun);
+    let r1 = [history_entry(1, br#"{"a":1}"#, 10), history_entry(2, br#"{"a":2}"#, 13)];
+    let r2 = [history_entry(1, br#"{"a":1}"#, 16)];
+    assert_eq!(l.replay_history("r1").unwrap(), r1);
+    assert_eq!(l.replay_history("r2").unwrap(), r2);
+    let run = l.get_run("r1").unwrap().unwrap();
+    assert_eq!((run.trigger.as_slice(), run.replays), (&br#"{"a":3}"#[..], 2), "the last edit is the run's trigger");
+    let ledger = match reopen {
+        Some(reopen) => {
+            l.flush().unwrap();
+            drop(ledger);
+            reopen()
+        }
+        None => ledger,
+    };
+    let l = &*ledger;
+    assert_eq!(l.replay_history("r1").unwrap(), r1);
+    l.forget_run("r1").unwrap();
+    assert_eq!(l.replay_history("r1").unwrap(), []);
+    assert_eq!(l.replay_history("r2").unwrap(), r2, "another run's history stays");
+    // A run made again under a forgotten id starts a history of its own.
+    l.create_run(run_of("r1", RunStatus::Succeeded)).unwrap();
+    assert_eq!(l.begin_replay("r1", br#"{"a":4}"#, 20).unwrap(), Replay::Begun);
+    assert_eq!(l.replay_history("r1").unwrap(), [history_entry(1, br#"{"a":1}"#, 20)]);
 }
 
 // --- SQLite files only --------------------------------------------------------------------------------------------
@@ -892,6 +943,68 @@ mod sqlite_file_only {
         }
     }
 
+    /// A file written by a build of schema version 3 (replays counted, no history) is migrated on open: it gets the
+    /// history's table, its runs keep their count, and the history starts with the first replay after: numbered
+    /// after the replays it counts, with the trigger the run had.
+    #[test]
+    fn a_version_3_file_with_a_replayed_run_gets_the_history() {
+        use engine::ledger::sqlite::{MIGRATIONS, SCHEMA_VERSION};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..3] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            conn.execute(
+                "INSERT INTO runs (run_id, workflow, status, trigger, reason, created_ms, updated_ms, unfinished, \
+                 replays) VALUES ('r1', 'wf', 'succeeded', X'7b2276223a337d', NULL, 1, 2, NULL, 2)",
+                [],
+            )
+            .unwrap();
+        }
+        let l = open(&path).unwrap();
+        assert_eq!(l.schema_version(), SCHEMA_VERSION);
+        let run = l.get_run("r1").unwrap().unwrap();
+        assert_eq!((run.replays, run.trigger.as_slice()), (2, &br#"{"v":3}"#[..]));
+        assert_eq!(l.replay_history("r1").unwrap(), [], "the replays before version 4 left no entries");
+        assert_eq!(l.begin_replay("r1", br#"{"v":4}"#, 7).unwrap(), Replay::Begun);
+        assert_eq!(l.replay_history("r1").unwrap(), [history_entry(3, br#"{"v":3}"#, 7)]);
+        drop(l);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('replays') ORDER BY cid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(columns, ["run_id", "replay", "trigger", "replayed_ms"]);
+    }
+
+    /// The history's entry and the replay are one transaction: when the entry cannot be written (here a row another
+    /// connection left under the number the replay would take), the replay does not begin and the run is as it was.
+    #[test]
+    fn a_replay_whose_history_entry_fails_does_not_begin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite");
+        let l = open(&path).unwrap();
+        l.create_run(run_of("r1", RunStatus::Succeeded)).unwrap();
+        let before = l.get_run("r1").unwrap();
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute("INSERT INTO replays VALUES ('r1', 1, X'7b7d', 3)", []).unwrap();
+        }
+        let failed = l.begin_replay("r1", br#"{"a":2}"#, 9);
+        assert!(matches!(&failed, Err(Error::Storage(e)) if e.contains("UNIQUE")), "{failed:?}");
+        assert_eq!(l.get_run("r1").unwrap(), before, "nothing of the replay was written");
+        assert_eq!(l.unfinished_runs().unwrap(), Vec::<String>::new());
+        assert_eq!(l.replay_history("r1").unwrap(), [history_entry(1, b"{}", 3)]);
+    }
+
     /// A read cache on a file another connection may write would serve stale records: refused, with the reason.
     #[test]
     fn a_cache_on_a_shared_file_is_refused() {
@@ -945,7 +1058,8 @@ fn memory_forget_run_leaves_no_entry_behind() {
     let l = MemoryLedger::new();
     for run in 0..200u32 {
         let run_id = format!("run-{run}");
-        l.create_run(run_of(&run_id, RunStatus::Paused)).unwrap();
+        l.create_run(run_of(&run_id, RunStatus::Succeeded)).unwrap();
+        assert_eq!(l.begin_replay(&run_id, b"{}", 1).unwrap(), Replay::Begun);
         for step in 0..5u32 {
             let mut bytes = [0u8; 32];
             bytes[..4].copy_from_slice(&run.to_le_bytes());

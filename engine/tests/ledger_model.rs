@@ -49,6 +49,12 @@ enum Op {
     Forget {
         run: u8,
     },
+    /// Begins a replay with the trigger `{"t":trigger}` at `now_ms`.
+    Replay {
+        run: u8,
+        trigger: u8,
+        now_ms: u64,
+    },
     Flush,
 }
 
@@ -64,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..RUN_COUNT, 0..5u8).prop_map(|(run, status)| Op::CreateRun { run, status }),
         1 => (0..RUN_COUNT, 0..5u8).prop_map(|(run, status)| Op::SetRunStatus { run, status }),
         1 => (0..RUN_COUNT).prop_map(|run| Op::Forget { run }),
+        1 => (0..RUN_COUNT, 0..3u8, 0..400u64).prop_map(|(run, trigger, now_ms)| Op::Replay { run, trigger, now_ms }),
         1 => Just(Op::Flush),
     ]
 }
@@ -134,6 +141,10 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
             format!("{:?}", l.set_run_status(&format!("run-{run}"), run_status(status), Some("why"), 2))
         }
         Op::Forget { run } => format!("{:?}", l.forget_run(&format!("run-{run}"))),
+        Op::Replay { run, trigger, now_ms } => {
+            let trigger = format!("{{\"t\":{trigger}}}");
+            format!("{:?}", l.begin_replay(&format!("run-{run}"), trigger.as_bytes(), now_ms))
+        }
         Op::Flush => format!("{:?}", l.flush()),
     }
 }
@@ -145,7 +156,8 @@ fn state(l: &dyn Ledger) -> String {
         out += &format!("{:?} {:?}\n", l.get(&key(k)).unwrap(), l.get_plan(&key(k)).unwrap());
     }
     for run in 0..RUN_COUNT {
-        out += &format!("{:?}\n", l.get_run(&format!("run-{run}")).unwrap());
+        let run_id = format!("run-{run}");
+        out += &format!("{:?} {:?}\n", l.get_run(&run_id).unwrap(), l.replay_history(&run_id).unwrap());
     }
     out += &format!("{:?} {:?}\n", l.unfinished_runs().unwrap(), l.paused_runs().unwrap());
     out

@@ -1,8 +1,9 @@
-//! `flow`: the admin command line for a person resolving paused runs in an on-disk ledger.
+//! `flow`: the admin command line for a person looking at the runs of an on-disk ledger and resolving paused ones.
 //!
 //! ```text
 //! flow paused  --ledger FILE
 //! flow resolve --ledger FILE --run ID (--mark-done JSON | --retry | --abort) --by NAME
+//! flow replays --ledger FILE --run ID
 //! ```
 //!
 //! `paused` writes one line per run, its id, workflow and reason separated by tabs. Each field is escaped so that
@@ -13,6 +14,15 @@
 //! standard error is one line (control characters in it written as `\u{HEX}`, `\t`, `\n`, `\r`). `--run` takes
 //! the id itself, not the listing's escaped form (in a POSIX shell, `$'a\tb'` is the id `a`, a tab, `b`).
 //!
+//! `replays` writes one line per replay of the run ([`engine::ledger::Ledger::replay_history`]), oldest first: the
+//! replay's number, when it began (UTC, RFC 3339, to the millisecond), the trigger it replaced and the trigger it set,
+//! separated by tabs. A trigger is written as JSON, the same document the ledger holds, with every character that
+//! the listing's escaping names (control characters, U+2028, U+2029, the bidirectional formatting characters) written
+//! as JSON's own `\uXXXX` escape, so the field is valid JSON on one line and in one column (`cut -f3 | jq`). Replays
+//! the ledger holds no entry for (begun before it kept a history, at schema version 4, or by a worker of an older
+//! build) are named in a note on standard error; a trigger not known for that reason is an empty field. A run never
+//! replayed writes nothing. `--run` is the id itself, as for `resolve`.
+//!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
 //! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
@@ -20,25 +30,31 @@
 //! `-wal` or `-shm` this user may not read (or, for `resolve`, write), a directory `resolve` may not create SQLite's
 //! `-wal` or `-shm` in, a damaged ledger (a page SQLite finds malformed, its `SQLITE_CORRUPT`: "the ledger file is
 //! damaged", with the `sqlite3 FILE "PRAGMA integrity_check"` that says what is damaged); 2 bad usage or bad input,
-//! with a message naming it (a file that is not a ledger, a run id the ledger does not hold, a blank `--run`,
-//! `--mark-done` that is not valid JSON, a blank `--by` or one with a control character, the last three told before
-//! anything is opened), and the ledger left as it was. Both kinds of SQLite failure are told apart as the
-//! ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened, [`engine::ledger::Error`]
-//! after), and both commands say a failure of the ledger one way: a damaged ledger is damaged whichever command, and
-//! whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
+//! with a message naming it (a file that is not a ledger, a ledger of a newer schema version, or for `resolve` of an
+//! older one, a run id the ledger does not hold, a blank `--run`, `--mark-done` that is not valid JSON, a blank `--by`
+//! or one with a control character, the last three told before anything is opened), and the ledger left as it was.
+//! `paused` and `replays` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite failure
+//! are told apart as the ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened,
+//! [`engine::ledger::Error`] after), and every command says a failure of the ledger one way: a damaged ledger is
+//! damaged whichever command, and whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
 //!
-//! Both commands open only a file that already is a Flow ledger of this build's schema: a missing file, a path that
-//! is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told by its metadata, before
-//! anything opens it, so a FIFO does not block), an empty file (a mistyped path that something created), a file that
-//! is not SQLite, a SQLite database whose tables are not the ledger's, or a ledger of another schema version is
-//! refused with exit 2 and left as it was, never turned into a new ledger or migrated. `paused` only reads the file;
-//! `resolve` checks the run reading only, and opens the file to write only then, and only if this user may write it
-//! and its `-wal` and `-shm`, and create them in its directory when they are not there
-//! ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON parser
-//! ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be keyed by
-//! (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an object: a
-//! step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds any
-//! document), and templates read any value (a path into one that has no such member renders as `null`).
+//! Every command opens only a file that already is a Flow ledger of this build's schema version or an older one: a
+//! missing file, a path that is no regular file (a directory, a device such as `/dev/null`, a FIFO, a socket: told
+//! by its metadata, before anything opens it, so a FIFO does not block), an empty file (a mistyped path that
+//! something created), a file that is not SQLite, a SQLite database whose tables are not those of a ledger of its
+//! schema version, or a ledger of a newer schema version is refused with exit 2 and left as it was, never turned into
+//! a new ledger or migrated. `paused` and `replays` only read the file, of an older schema version too, as it is
+//! ([`SqliteLedger::open_read_only`]: what its version lacks read as its migration would set it, no replay history
+//! before version 4), so that looking at a ledger that workers of an older build still use changes nothing for
+//! them. `resolve` checks the run reading only, and opens the file to write only then, and only if it is of this
+//! build's schema version (a ledger of an older one is refused, exit 2, saying what to do: `flow` does not migrate a
+//! ledger, as the older build's workers would then refuse it when they next start; a worker of this build migrates
+//! it when it opens it) and this user may write it and its `-wal` and `-shm`, and create them in its directory when
+//! they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON
+//! parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be
+//! keyed by (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an
+//! object: a step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds
+//! any document), and templates read any value (a path into one that has no such member renders as `null`).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -52,7 +68,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "flow", about = "Inspect and resolve paused Flow runs")]
+#[command(name = "flow", about = "Inspect Flow runs and resolve paused ones")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,6 +111,21 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         by: String,
     },
+    /// Show a run's replays, one a line: number, start (UTC), trigger replaced, trigger set, separated by tabs.
+    ///
+    /// Oldest first. A replay's start is RFC 3339 UTC, to the millisecond. A trigger is the JSON the ledger holds,
+    /// with control characters, U+2028, U+2029 and the bidirectional formatting characters written as JSON `\uXXXX`
+    /// escapes, so each field is valid JSON on one line. Replays the ledger has no entry for (begun before it kept a
+    /// history, or by a worker of an older build) are named on standard error, and a trigger unknown for that reason
+    /// is an empty field.
+    Replays {
+        /// The engine's on-disk SQLite ledger file.
+        #[arg(long, value_name = "FILE")]
+        ledger: PathBuf,
+        /// The run's id (unescaped, as for `resolve --run`); not blank.
+        #[arg(long, value_name = "ID")]
+        run: String,
+    },
 }
 
 /// The first 16 bytes of every SQLite database file.
@@ -104,7 +135,8 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 enum Refusal {
     /// It is not a Flow ledger (or no file at all): bad input, exit 2.
     NotALedger(String),
-    /// A Flow ledger of an older or newer schema version than this build's, which `flow` does not migrate: exit 2.
+    /// A Flow ledger of a newer schema version than this build's, which `flow` cannot read, or (for `resolve`) of an
+    /// older one, which `flow` does not migrate: exit 2.
     OtherSchema(String),
     /// A ledger SQLite cannot read or write now (another connection holds its lock, a writer left a hot journal,
     /// this user may not read or write it, or create SQLite's files beside it, a page of it is damaged): a storage
@@ -164,10 +196,11 @@ fn ledger_failure(path: &Path, e: &LedgerError) -> String {
     }
 }
 
-/// The tables of a ledger of this build and their columns, from its migrations applied to an empty database.
-fn ledger_tables() -> Result<BTreeMap<String, Vec<String>>, String> {
+/// The tables of a ledger of schema version `version` (at most this build's) and their columns, from the migrations
+/// up to it applied to an empty database.
+fn ledger_tables(version: i64) -> Result<BTreeMap<String, Vec<String>>, String> {
     let conn = rusqlite::Connection::open_in_memory().map_err(|e| e.to_string())?;
-    for migration in MIGRATIONS {
+    for migration in MIGRATIONS.iter().take(usize::try_from(version).unwrap_or(0)) {
         conn.execute_batch(migration).map_err(|e| e.to_string())?;
     }
     tables(&conn).map_err(|e| e.to_string())
@@ -213,10 +246,10 @@ fn io_refusal(e: std::io::Error, doing: &str) -> Refusal {
     }
 }
 
-/// Refuses `path` unless it already is a Flow ledger, reading it only. `SqliteLedger::open` creates the schema in a
-/// file that has none, which is right for a worker starting a new ledger but would turn a mistyped path (an empty
-/// file, another database) into an empty ledger that lists no paused runs. The refusal's message does not name the
-/// file.
+/// Refuses `path` unless it already is a Flow ledger, of this build's schema version or an older one, reading it
+/// only. `SqliteLedger::open` creates the schema in a file that has none, which is right for a worker starting a new
+/// ledger but would turn a mistyped path (an empty file, another database) into an empty ledger that lists no paused
+/// runs. The refusal's message does not name the file.
 fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     use std::io::Read;
     let not_a_ledger = |reason: String| Err(Refusal::NotALedger(reason));
@@ -243,8 +276,13 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
     // A connection that cannot change the file, even if it turns out not to be a ledger.
     let conn = engine::ledger::sqlite::open_unchanged(path).map_err(|e| sqlite_refusal(path, &e, "cannot open it"))?;
     let cannot_read = |e| sqlite_refusal(path, &e, "SQLite cannot read it");
-    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
-    let found = tables(&conn).map_err(cannot_read)?;
+    // The version and the tables in one snapshot: a worker of this build may migrate the file meanwhile, and a
+    // version read before its migration with the tables after would not match them.
+    let (version, found) = {
+        let look = conn.unchecked_transaction().map_err(cannot_read)?;
+        let version: i64 = look.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(cannot_read)?;
+        (version, tables(&look).map_err(cannot_read)?)
+    };
     if version < 1 || !found.contains_key("runs") {
         return not_a_ledger("a SQLite database without the ledger schema".to_string());
     }
@@ -253,14 +291,9 @@ fn check_is_ledger(path: &Path) -> Result<(), Refusal> {
             "its schema version is {version}, newer than this flow's {SCHEMA_VERSION}: use a newer flow"
         )));
     }
-    if version < SCHEMA_VERSION {
-        // A write would migrate the file, after which a worker of the older build still using it would refuse it.
-        return Err(Refusal::OtherSchema(format!(
-            "its schema version is {version}, older than this flow's {SCHEMA_VERSION}; flow does not migrate a \
-             ledger: a worker of this build does when it opens the file"
-        )));
-    }
-    let expected = ledger_tables().map_err(Refusal::NotALedger)?;
+    // A ledger of an older version is read as it is (`SqliteLedger::open_read_only`): its tables are those of its
+    // version.
+    let expected = ledger_tables(version).map_err(Refusal::NotALedger)?;
     for (table, columns) in &expected {
         match found.get(table) {
             None => return not_a_ledger(format!("a SQLite database without the ledger's table {table}")),
@@ -301,6 +334,7 @@ fn kind_of(file_type: &std::fs::FileType) -> Option<&'static str> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Replays { ledger, run } => replays(&ledger, &run),
         Command::Paused { ledger: path } => {
             let ledger = match open_read_only(&path) {
                 Ok(l) => l,
@@ -360,13 +394,23 @@ fn main() -> ExitCode {
                     ),
                 )
             };
-            match open_read_only(&path).map(|l| engine::executor::resolvable(&l, &run)) {
+            let look = match open_read_only(&path) {
+                Ok(l) => l,
                 Err(refusal) => return refusal.fail(),
-                Ok(Err(engine::executor::Error::UnknownRun(_))) => return unknown_run(),
-                Ok(Err(engine::executor::Error::Ledger(e))) => return ledger_refusal(&path, &e).fail(),
+            };
+            match engine::executor::resolvable(&look, &run) {
+                Err(engine::executor::Error::UnknownRun(_)) => return unknown_run(),
+                Err(engine::executor::Error::Ledger(e)) => return ledger_refusal(&path, &e).fail(),
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
-                Ok(Err(e)) => return fail(1, &format!("{}: {e}", path.display())),
-                Ok(Ok(_)) => {}
+                Err(e) => return fail(1, &format!("{}: {e}", path.display())),
+                Ok(_) => {}
+            }
+            let version = look.schema_version();
+            // Closed before the file is opened to write: a look at a log without a `-shm` holds SQLite's exclusive
+            // lock (`open_unchanged`).
+            drop(look);
+            if version < SCHEMA_VERSION {
+                return Refusal::OtherSchema(older_schema(&path, version)).fail();
             }
             // SQLite opens a file (or its -wal, -shm) this user may only read read-only and fails only at the write,
             // after its read left files that lock the owner out, and says only that the database is read-only when it
@@ -393,6 +437,127 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Why `resolve` does not record a decision in the ledger at `path`, of the older schema version `version`: opened to
+/// write, the file would be migrated to this build's version, after which the workers of the build that wrote it,
+/// which may still be using it, would refuse it when they next start (a ledger of a newer schema than theirs). So
+/// `flow` leaves migrating to the workers, and says how to record the decision meanwhile.
+fn older_schema(path: &Path, version: i64) -> String {
+    format!(
+        "{}: a Flow ledger of an older schema: its schema version is {version}, older than this flow's \
+         {SCHEMA_VERSION}; flow records a decision only in a ledger of its own schema version and does not migrate \
+         one (the workers of the build that wrote it would then refuse the file when they next start): record it with \
+         the flow of the workers' build, or once a worker of this build has opened the ledger, which migrates it; \
+         nothing was written",
+        path.display()
+    )
+}
+
+/// `flow replays`: the replays of run `run` in the ledger at `path`, one a line (see the module doc).
+fn replays(path: &Path, run: &str) -> ExitCode {
+    // Bad input is refused before anything is opened, as `resolve` refuses it.
+    if !engine::ledger::names_someone(run) {
+        return fail(2, "--run must name a run");
+    }
+    let ledger = match open_read_only(path) {
+        Ok(l) => l,
+        Err(refusal) => return refusal.fail(),
+    };
+    let record = match ledger.get_run(run) {
+        Ok(Some(record)) => record,
+        Ok(None) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
+        Err(e) => return ledger_refusal(path, &e).fail(),
+    };
+    let history = match ledger.replay_history(run) {
+        Ok(history) => history,
+        Err(e) => return ledger_refusal(path, &e).fail(),
+    };
+    let unrecorded: Vec<u32> = (1..=record.replays).filter(|n| !history.iter().any(|e| e.replay == *n)).collect();
+    if !unrecorded.is_empty() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "flow: note: run {} was replayed {} times; replays {} left no entry in its history (begun before the \
+             ledger kept one, at schema version 4, or by a worker of an older build): the triggers they replaced are \
+             not known",
+            field(run),
+            record.replays,
+            ranges(&unrecorded)
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    for (i, entry) in history.iter().enumerate() {
+        // What this replay set: the trigger the next replay replaced, or the run's own after the last one.
+        let set = match history.get(i + 1) {
+            Some(next) if next.replay == entry.replay + 1 => json_field(&next.replaced_trigger),
+            None if record.replays == entry.replay => json_field(&record.trigger),
+            _ => String::new(),
+        };
+        let replaced = json_field(&entry.replaced_trigger);
+        if let Err(e) = writeln!(out, "{}\t{}\t{replaced}\t{set}", entry.replay, utc(entry.replayed_ms)) {
+            return output_failed(&e);
+        }
+    }
+    match out.flush() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => output_failed(&e),
+    }
+}
+
+/// Ascending numbers as ranges: `1-3, 5`.
+fn ranges(numbers: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < numbers.len() {
+        let start = numbers[i];
+        while i + 1 < numbers.len() && numbers[i + 1] == numbers[i] + 1 {
+            i += 1;
+        }
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let _ = if numbers[i] == start { write!(out, "{start}") } else { write!(out, "{start}-{}", numbers[i]) };
+        i += 1;
+    }
+    out
+}
+
+/// A time in milliseconds since the Unix epoch (the engine's clock) as UTC in RFC 3339, to the millisecond:
+/// `2024-05-01T12:00:00.123Z`.
+fn utc(ms: u64) -> String {
+    let (secs, millis) = (ms / 1_000, ms % 1_000);
+    let (days, of_day) = ((secs / 86_400) as i64, secs % 86_400);
+    // The civil date of a day count (Howard Hinnant's `civil_from_days`): eras of 400 years from 0000-03-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (hour, minute, second) = (of_day / 3_600, of_day % 3_600 / 60, of_day % 60);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z")
+}
+
+/// A stored JSON document (a trigger) as one field of `flow`'s output: the JSON as it is, its backslashes its own
+/// escapes, with every other character [`escaped`] names (control characters, U+2028, U+2029, the bidirectional
+/// formatting characters, all in the Basic Multilingual Plane) written as JSON's `\uXXXX`: the same document, still
+/// valid JSON, that cannot forge a line or a column. (Canonical JSON holds a control character raw only inside a
+/// string, DEL or C1, where `\u` is JSON's own escape for it.) Bytes that are not UTF-8, which no ledger of this
+/// build writes, are shown as U+FFFD.
+fn json_field(json: &[u8]) -> String {
+    let text = String::from_utf8_lossy(json);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c != '\\' && escaped(c) {
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Parses a step's output as the engine parses step inputs: strictly ([`engine::canonical::canonicalize_bytes`]).
@@ -456,4 +621,37 @@ fn output_failed(e: &std::io::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     fail(1, &format!("cannot write standard output: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{json_field, ranges, utc};
+
+    #[test]
+    fn utc_names_the_day_across_leap_years_and_centuries() {
+        for (ms, want) in [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (1_714_564_800_123, "2024-05-01T12:00:00.123Z"),
+            (4_102_444_799_999, "2099-12-31T23:59:59.999Z"),
+            (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
+        ] {
+            assert_eq!(utc(ms), want, "{ms}");
+        }
+    }
+
+    #[test]
+    fn ranges_join_runs_of_numbers() {
+        assert_eq!(ranges(&[1]), "1");
+        assert_eq!(ranges(&[1, 2, 3, 5, 7, 8]), "1-3, 5, 7-8");
+    }
+
+    #[test]
+    fn a_json_field_escapes_what_would_forge_a_line_as_json_does() {
+        assert_eq!(json_field(br#"{"a":"x\"y"}"#), r#"{"a":"x\"y"}"#, "JSON's own escapes stay");
+        let forging = "{\"a\":\"\u{2028}\u{202e}\u{7f}\u{85}\"}";
+        assert_eq!(json_field(forging.as_bytes()), r#"{"a":"\u2028\u202e\u007f\u0085"}"#);
+        let value: serde_json::Value = serde_json::from_str(&json_field(forging.as_bytes())).unwrap();
+        assert_eq!(value, serde_json::from_str::<serde_json::Value>(forging).unwrap(), "the same document");
+    }
 }

@@ -4,18 +4,18 @@
 //! Every map is a fixed-seed hash map ([`crate::fastmap`]), which a simulation hits several times per step; the two
 //! listings (unfinished and paused runs) are sorted before they are returned, so nothing a caller sees depends on
 //! hashing, and inbox expiry removes every expired row, in whatever order. Every record of a run is also indexed by
-//! run id (step keys, plans, resolutions), so [`Ledger::forget_run`] drops a finished run in time proportional to its
-//! own size and a long simulation keeps bounded memory. Inbox rows are dropped by [`Ledger::expire_inbox`] after the
-//! retention, and are kept small because a simulation holds days of them. Transitions are decided by the pure core in
-//! `transition.rs`, shared with the SQLite ledger. Readers that need a field or two borrow a record
-//! ([`Ledger::inspect`], [`Ledger::inspect_run`]) under the lock instead of copying it.
+//! run id (step keys, plans, resolutions, replay history), so [`Ledger::forget_run`] drops a finished run in time
+//! proportional to its own size and a long simulation keeps bounded memory. Inbox rows are dropped by
+//! [`Ledger::expire_inbox`] after the retention, and are kept small because a simulation holds days of them.
+//! Transitions are decided by the pure core in `transition.rs`, shared with the SQLite ledger. Readers that need a
+//! field or two borrow a record ([`Ledger::inspect`], [`Ledger::inspect_run`]) under the lock instead of copying it.
 
 use std::sync::{Mutex, MutexGuard};
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, ResolutionRecord, Result,
-    RunRecord, RunStatus, StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, ReplayEntry, ResolutionRecord,
+    Result, RunRecord, RunStatus, StepRecord,
 };
 use crate::fastmap::{FastMap, FastSet};
 use crate::key::Key;
@@ -53,6 +53,8 @@ struct Inner {
     dedup: ShardedMap<DedupEntry>,
     rejected: Vec<Rejected>,
     resolutions: FastMap<String, Vec<ResolutionRecord>>,
+    /// Run id → its replays, in the order they began (by replay number): written under the lock that begins each.
+    replay_history: FastMap<CompactString, Vec<ReplayEntry>>,
 }
 
 #[derive(Debug)]
@@ -227,6 +229,7 @@ impl MemoryLedger {
             + inner.unfinished.len()
             + inner.paused.len()
             + inner.resolutions.len()
+            + inner.replay_history.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -385,11 +388,18 @@ impl Ledger for MemoryLedger {
         let old = run.status;
         run.status = RunStatus::Running;
         run.reason = None;
-        run.trigger = trigger.to_vec();
+        // The trigger it replaces moves into the history, under the same lock: no replay without its entry.
+        let replaced_trigger = std::mem::replace(&mut run.trigger, trigger.to_vec());
         run.updated_ms = now_ms;
         run.replays += 1;
+        let entry = ReplayEntry { replay: run.replays, replaced_trigger, replayed_ms: now_ms };
         inner.set_run_indexes(run_id, Some(old), RunStatus::Running);
+        inner.replay_history.entry(run_id.into()).or_default().push(entry);
         Ok(Replay::Begun)
+    }
+
+    fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
+        Ok(self.lock().replay_history.get(run_id).cloned().unwrap_or_default())
     }
 
     fn finish_drive(
@@ -485,6 +495,7 @@ impl Ledger for MemoryLedger {
             inner.plans.remove(&key);
         }
         inner.resolutions.remove(run_id);
+        inner.replay_history.remove(run_id);
         if let Some(run) = inner.runs.remove(run_id) {
             inner.set_run_indexes(run_id, Some(run.status), RunStatus::Succeeded);
         }

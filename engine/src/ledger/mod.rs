@@ -217,6 +217,20 @@ impl RunRecord {
     }
 }
 
+/// One replay of a run as the ledger keeps it ([`Ledger::replay_history`]): the trigger the replay replaced, so that
+/// what the run ran with before an edit outlives the edit (the steps keep only hashes of their inputs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayEntry {
+    /// Which replay of the run this was: 1 for the first (the run's [`RunRecord::replays`] once it had begun).
+    pub replay: u32,
+    /// Canonical JSON of the trigger the run had until this replay began: the run's first trigger for replay 1, the
+    /// edit of replay `replay - 1` after that. What this replay set is the next replay's `replaced_trigger`, or the
+    /// run's trigger for the last.
+    pub replaced_trigger: Vec<u8>,
+    /// When the replay began (the `now_ms` [`Ledger::begin_replay`] was given).
+    pub replayed_ms: u64,
+}
+
 /// What [`Ledger::begin_replay`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Replay {
@@ -463,12 +477,19 @@ pub trait Ledger: Send + Sync {
     }
     fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()>;
     /// Begins a replay of a finished run: in one transaction, and only while the run has succeeded or failed, sets it
-    /// running (no reason, updated at `now_ms`) with `trigger` (canonical JSON) as its trigger from now on. So of two
-    /// replays begun at once the second finds the run running and is refused, and a worker that resumes the run
-    /// after a crash mid-replay drives it with the edited trigger, as the replay would have. A run in any other
-    /// status is refused with what was found ([`Replay::Refused`]) and nothing written; an unknown run is
-    /// [`Error::NotFound`].
+    /// running (no reason, updated at `now_ms`) with `trigger` (canonical JSON) as its trigger from now on, counts the
+    /// replay ([`RunRecord::replays`]) and files the trigger it replaces in the run's history under that count and
+    /// `now_ms` ([`Ledger::replay_history`]). So of two replays begun at once the second finds the run running and
+    /// is refused, a worker that resumes the run after a crash mid-replay drives it with the edited trigger, as the
+    /// replay would have, and no replay begins without its entry in the history, nor an entry without its replay. A
+    /// run in any other status is refused with what was found ([`Replay::Refused`]) and nothing written; an unknown
+    /// run is [`Error::NotFound`].
     fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay>;
+    /// The replays of run `run_id` that [`Ledger::begin_replay`] began, oldest first (by [`ReplayEntry::replay`]),
+    /// each with the trigger it replaced; empty for a run never replayed or not known. A ledger file kept before
+    /// schema version 4 has no entry for the replays begun then (its runs still count them): a run's history then
+    /// starts after them.
+    fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>>;
     /// Ends a drive that started when the run had seen `replays` replays: sets the run to `status` (`reason`,
     /// `now_ms`) as [`Ledger::set_run_status`] does, but only while the run is still pending or running and its
     /// [`RunRecord::replays`] is still `replays`, in one atomic step. Returns whether it wrote. A drive that started
@@ -508,8 +529,8 @@ pub trait Ledger: Send + Sync {
     fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>>;
 
     // --- housekeeping -----------------------------------------------------------------------------------------
-    /// Forgets every record of a finished run (keys, plans, the run itself), so a long simulation keeps bounded
-    /// memory. Inbox rows stay until they expire.
+    /// Forgets every record of a finished run (keys, plans, resolutions, replay history, the run itself), so a long
+    /// simulation keeps bounded memory. Inbox rows stay until they expire.
     fn forget_run(&self, run_id: &str) -> Result<()>;
     /// Makes every group-committed write durable.
     fn flush(&self) -> Result<()>;

@@ -13,6 +13,10 @@
 //! left byte for byte; an empty file becomes a new ledger. SQLite's `random()` is never used: every value stored
 //! comes from the caller.
 //!
+//! [`SqliteLedger::open_read_only`] migrates nothing: it reads a file of an older version as it is, taking what the
+//! version lacks as its migration would set it (`Reads`), so that a reader of another build's ledger (`flow paused`)
+//! changes neither the file nor what that build's workers can open.
+//!
 //! # Settings
 //! - Files: `journal_mode=WAL`, `busy_timeout` ([`Options::busy_timeout_ms`]), `synchronous=FULL` by default
 //!   ([`Synchronous::Full`]): every commit fsyncs the WAL before `COMMIT` returns, so a committed transaction
@@ -69,8 +73,8 @@
 //! change is decided on the cached record and written as one statement, with nothing read first. Every write goes to
 //! SQLite as before, statement by statement, and updates the cached record only after its statement succeeded; a
 //! storage failure empties the cache. `forget_run` drops the run's records from it, and while the cache holds
-//! every row it deletes only from the tables that hold some of the run's (it notes which runs recorded a plan or a
-//! resolution).
+//! every row it deletes only from the tables that hold some of the run's (it notes which runs recorded a plan, a
+//! resolution or a replay's entry in the history).
 //! - Only a ledger that no other connection writes may cache: `:memory:`, or a file opened
 //!   [`Options::exclusive`] (SQLite's lock keeps other processes out). [`SqliteLedger::open`] refuses a cache
 //!   otherwise.
@@ -99,8 +103,8 @@ use smallvec::SmallVec;
 
 use super::transition::{self, ClaimEffect};
 use super::{
-    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, Resolution, ResolutionRecord,
-    Result, RunRecord, RunStatus, Status, StepOutcome, StepRecord,
+    Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, ReplayEntry, Resolution,
+    ResolutionRecord, Result, RunRecord, RunStatus, Status, StepOutcome, StepRecord,
 };
 use crate::fastmap::FastMap;
 use crate::key::Key;
@@ -186,6 +190,17 @@ pub const MIGRATIONS: &[&str] = &[
     // count is the one it started under (`Ledger::finish_drive`), so a drive of the old trigger that outlives a
     // replay's start cannot overwrite the replay's pause or end.
     "ALTER TABLE runs ADD COLUMN replays INTEGER NOT NULL DEFAULT 0;",
+    // Version 4. The history of a run's replays: each replay that begins files the trigger it replaces under its
+    // number (the run's `replays` once it began) and its time, in `Ledger::begin_replay`'s transaction
+    // (`Ledger::replay_history`). Keyed by run first, so `forget_run` deletes a run's entries through the key. A file
+    // migrated from version 3 has no entry for the replays begun before: they are counted in `runs.replays` only.
+    "CREATE TABLE replays (
+        run_id TEXT NOT NULL,
+        replay INTEGER NOT NULL,
+        trigger BLOB NOT NULL,
+        replayed_ms INTEGER NOT NULL,
+        PRIMARY KEY (run_id, replay)
+    ) WITHOUT ROWID;",
 ];
 
 /// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
@@ -193,6 +208,60 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The first schema version with `runs.unfinished` (and the partial index of the unfinished runs).
+const UNFINISHED_COLUMN_SINCE: i64 = 2;
+/// The first schema version with `runs.replays`.
+const REPLAYS_COUNTED_SINCE: i64 = 3;
+/// The first schema version with the `replays` table, the runs' replay history.
+const REPLAY_HISTORY_SINCE: i64 = 4;
+
+/// Reads a run row: the columns [`load_run_with`] takes, in its order.
+const LOAD_RUN: &str =
+    "SELECT workflow, status, trigger, reason, created_ms, updated_ms, replays FROM runs WHERE run_id = ?1";
+/// [`LOAD_RUN`] for a file before version 3, which counts no replays: 0, as migrating it would set.
+const LOAD_RUN_UNCOUNTED: &str =
+    "SELECT workflow, status, trigger, reason, created_ms, updated_ms, 0 FROM runs WHERE run_id = ?1";
+const UNFINISHED_RUNS: &str = "SELECT run_id FROM runs WHERE unfinished = 1 ORDER BY run_id";
+/// [`UNFINISHED_RUNS`] for a file before version 2, which has no `unfinished` column: by status, as migrating it
+/// would set the column.
+const UNFINISHED_RUNS_BY_STATUS: &str =
+    "SELECT run_id FROM runs WHERE status IN ('pending', 'running') ORDER BY run_id";
+
+/// How a ledger reads its file: with this build's statements, or, for a file of an older schema version opened to
+/// read only ([`SqliteLedger::open_read_only`], which does not migrate it), with statements that read what that
+/// version has and take what it lacks as migrating the file would set it: no replay counted before version 3, no
+/// replay history before version 4, a run unfinished by its status before version 2. Chosen when the file is opened.
+/// A migration only ever adds (a table, a column with its value), so an older version's statements still read a
+/// file that a worker migrates meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    /// The file's schema version when it was opened.
+    version: i64,
+    load_run: &'static str,
+    unfinished_runs: &'static str,
+}
+
+impl Reads {
+    const CURRENT: Reads = Reads::of(SCHEMA_VERSION);
+
+    const fn of(version: i64) -> Reads {
+        Reads {
+            version,
+            load_run: if version >= REPLAYS_COUNTED_SINCE { LOAD_RUN } else { LOAD_RUN_UNCOUNTED },
+            unfinished_runs: if version >= UNFINISHED_COLUMN_SINCE {
+                UNFINISHED_RUNS
+            } else {
+                UNFINISHED_RUNS_BY_STATUS
+            },
+        }
+    }
+
+    /// Whether the file keeps the runs' replay history.
+    fn replay_history(&self) -> bool {
+        self.version >= REPLAY_HISTORY_SINCE
+    }
+}
 
 /// How hard a commit pushes to the disk (SQLite's `synchronous`), for a file (`:memory:` has no disk). See the
 /// module doc.
@@ -247,6 +316,8 @@ pub struct SqliteLedger {
     journal: bool,
     /// Whether the read cache is on ([`Options::cache_entries`] > 0).
     cached: bool,
+    /// The statements that read the file's schema ([`Reads::CURRENT`] unless it is older and opened read-only).
+    reads: Reads,
 }
 
 #[derive(Debug)]
@@ -288,9 +359,10 @@ struct Cache {
 struct RunRows {
     /// Its cached step records.
     keys: SmallVec<[Key; 4]>,
-    /// Whether a plan or a resolution was recorded for it (tables the cache does not hold).
+    /// Whether a plan, a resolution or a replay's history entry was recorded for it (tables the cache does not hold).
     plans: bool,
     resolutions: bool,
+    replays: bool,
 }
 
 impl Cache {
@@ -385,17 +457,18 @@ impl Cache {
         *row(self.run_rows.entry(run_id.into()).or_default()) = true;
     }
 
-    /// Which of the run's tables may hold rows of it, in `forget_run`'s order (plans, steps, resolutions, runs): all
-    /// of them unless the cache holds every row.
-    fn tables_of(&self, run_id: &str) -> [bool; 4] {
+    /// Which of the run's tables may hold rows of it, in `forget_run`'s order (plans, steps, resolutions, replays,
+    /// runs): all of them unless the cache holds every row.
+    fn tables_of(&self, run_id: &str) -> [bool; 5] {
         if !self.complete {
-            return [true; 4];
+            return [true; 5];
         }
         let rows = self.run_rows.get(run_id);
         [
             rows.is_some_and(|r| r.plans),
             rows.is_some_and(|r| !r.keys.is_empty()),
             rows.is_some_and(|r| r.resolutions),
+            rows.is_some_and(|r| r.replays),
             self.runs.contains_key(run_id),
         ]
     }
@@ -814,9 +887,12 @@ impl SqliteLedger {
     }
 
     /// Opens an existing ledger file for reading only: nothing is migrated and the journal mode is left as it is,
-    /// so the file is not changed (`flow paused`, and `flow resolve`'s checks before it writes). A file of another
-    /// schema version than this build's [`SCHEMA_VERSION`] is refused: a newer one as [`Error::SchemaTooNew`], an
-    /// older one because only a writable open migrates it. Writes through the ledger fail.
+    /// so the file is not changed (`flow paused`, `flow replays`, and `flow resolve`'s checks before it writes).
+    /// A file of an older schema version than this build's [`SCHEMA_VERSION`] is read as it is, what its version
+    /// lacks taken as migrating it would set it (no replay counted before version 3, no replay history before
+    /// version 4; see the module doc); [`SqliteLedger::schema_version`] says which it is. A file of a newer version is
+    /// refused with [`Error::SchemaTooNew`], and a database without a ledger's schema version with
+    /// [`Error::Corrupt`]. Writes through the ledger fail.
     pub fn open_read_only(path: &Path, options: Options) -> Result<Self> {
         let conn = open_unchanged(path).map_err(|e| read_error(path, e))?;
         conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms)).map_err(storage)?;
@@ -825,10 +901,9 @@ impl SqliteLedger {
         if found > SCHEMA_VERSION {
             return Err(Error::SchemaTooNew { found, supported: SCHEMA_VERSION });
         }
-        if found < SCHEMA_VERSION {
-            return Err(Error::Storage(format!(
-                "{}: schema version {found}, older than this build's {SCHEMA_VERSION}; a worker of this build \
-                 migrates the file when it opens it",
+        if found < 1 {
+            return Err(corrupt(format!(
+                "{}: schema version {found}: a SQLite database without the ledger schema, not a ledger",
                 path.display()
             )));
         }
@@ -838,7 +913,14 @@ impl SqliteLedger {
             group_commit_ops_max: options.group_commit_ops_max,
             journal: true,
             cached: false,
+            reads: Reads::of(found),
         })
+    }
+
+    /// The schema version of the file as this ledger reads it: [`SCHEMA_VERSION`] (a writable open migrates the
+    /// file to it), or the older version of a file opened with [`SqliteLedger::open_read_only`].
+    pub fn schema_version(&self) -> i64 {
+        self.reads.version
     }
 
     /// Opens a fresh ledger in memory (for simulations and tests).
@@ -869,6 +951,7 @@ impl SqliteLedger {
             group_commit_ops_max: options.group_commit_ops_max,
             journal,
             cached: options.cache_entries > 0,
+            reads: Reads::CURRENT,
         })
     }
 
@@ -1347,11 +1430,12 @@ fn verify_run(conn: &Connection, run_id: &str, cached: Option<&RunRecord>) -> Re
 }
 
 fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT workflow, status, trigger, reason, created_ms, updated_ms, replays FROM runs WHERE run_id = ?1",
-        )
-        .map_err(storage)?;
+    load_run_with(conn, LOAD_RUN, run_id)
+}
+
+/// The run row `run_id` read by `sql`, [`LOAD_RUN`] or the statement of an older schema ([`Reads::load_run`]).
+fn load_run_with(conn: &Connection, sql: &str, run_id: &str) -> Result<Option<RunRecord>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(storage)?;
     let row = stmt
         .query_row([run_id], |r| {
             Ok((
@@ -1768,7 +1852,7 @@ impl Ledger for SqliteLedger {
 
     fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
         if !self.cached {
-            return self.read(|conn| load_run(conn, run_id));
+            return self.read(|conn| load_run_with(conn, self.reads.load_run, run_id));
         }
         let mut found = None;
         self.inspect_run(run_id, &mut |run| found = run.cloned())?;
@@ -1781,7 +1865,7 @@ impl Ledger for SqliteLedger {
                 read(known);
                 return Ok(());
             }
-            let stored = load_run(conn, run_id)?;
+            let stored = load_run_with(conn, self.reads.load_run, run_id)?;
             read(stored.as_ref());
             if let Some(run) = stored {
                 cache.put_run(run);
@@ -1831,6 +1915,17 @@ impl Ledger for SqliteLedger {
                 let refused = Replay::Refused { status: run.status, reason: run.reason.clone() };
                 return Ok((refused, Commit::MayWait));
             }
+            // The trigger it replaces goes into the history first, numbered as the count the update below sets, both
+            // taken from the stored row: in this transaction, so no replay begins without its entry.
+            let mut keep = conn
+                .prepare_cached(
+                    "INSERT INTO replays (run_id, replay, trigger, replayed_ms) \
+                     SELECT run_id, replays + 1, trigger, ?2 FROM runs WHERE run_id = ?1",
+                )
+                .map_err(storage)?;
+            let kept = keep.execute(params![run_id, to_sql(now_ms)]).map_err(storage)?;
+            assert_eq!(kept, 1, "run {run_id} was read in this transaction");
+            cache.note_row(run_id, |rows| &mut rows.replays);
             let mut stmt = conn
                 .prepare_cached(
                     "UPDATE runs SET status = ?2, reason = NULL, trigger = ?3, updated_ms = ?4, unfinished = 1, \
@@ -1850,8 +1945,30 @@ impl Ledger for SqliteLedger {
         })
     }
 
+    fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
+        if !self.reads.replay_history() {
+            // A file of an older schema, read as it is: it kept no history.
+            return Ok(Vec::new());
+        }
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT replay, trigger, replayed_ms FROM replays WHERE run_id = ?1 ORDER BY replay")
+                .map_err(storage)?;
+            let rows = stmt
+                .query_map([run_id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?, r.get::<_, i64>(2)?)))
+                .map_err(storage)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (replay, replaced_trigger, replayed_ms) = row.map_err(storage)?;
+                let replay = u32::try_from(replay).map_err(|_| corrupt(format!("replay number {replay}")))?;
+                out.push(ReplayEntry { replay, replaced_trigger, replayed_ms: from_sql(replayed_ms) });
+            }
+            Ok(out)
+        })
+    }
+
     fn unfinished_runs(&self) -> Result<Vec<String>> {
-        self.read(|conn| run_ids(conn, "SELECT run_id FROM runs WHERE unfinished = 1 ORDER BY run_id"))
+        self.read(|conn| run_ids(conn, self.reads.unfinished_runs))
     }
 
     fn paused_runs(&self) -> Result<Vec<String>> {
@@ -1977,14 +2094,16 @@ impl Ledger for SqliteLedger {
 
     fn forget_run(&self, run_id: &str) -> Result<()> {
         self.write_cached(|conn, cache| {
-            // Every plan is filed under its run (`record_plan`), so four deletes through the run indexes drop all. A
-            // cache that holds every row knows which tables hold none of the run's (most runs record no plan and no
-            // resolution); debug builds run the delete anyway and check that it finds nothing.
+            // Every plan is filed under its run (`record_plan`), so five deletes through the run indexes (the replay
+            // history's key starts with the run) drop all. A cache that holds every row knows which tables hold none
+            // of the run's (most runs record no plan, no resolution and no replay); debug builds run the delete anyway
+            // and check that it finds nothing.
             let tables = cache.tables_of(run_id);
             for (sql, may_hold) in [
                 "DELETE FROM plans WHERE run_id = ?1",
                 "DELETE FROM steps WHERE run_id = ?1",
                 "DELETE FROM resolutions WHERE run_id = ?1",
+                "DELETE FROM replays WHERE run_id = ?1",
                 "DELETE FROM runs WHERE run_id = ?1",
             ]
             .into_iter()
