@@ -21,17 +21,29 @@
 //! Numbers: JSON text is read as doubles, rounded to nearest as RFC 8785 requires, except in three cases that are
 //! rejected with [`Error::NumberOutOfRange`] because rounding would silently merge distinct inputs into one key:
 //! a literal whose magnitude overflows to infinity (`1e400`), a literal with a non-zero digit that underflows to zero
-//! (`1e-400`), and a literal whose value is an integer that its double neither equals exactly nor spells
-//! (`9007199254740993`: a double would turn it into `...992`). The rule reads the literal's value, not its notation:
-//! `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too, while `0.1` or
-//! `9007199254740993.5` are not integers and round. "Spells" keeps the canonical form a fixed point: ECMAScript prints
-//! the double 2^68 as `295147905179352830000`, which is not its exact value (`295147905179352825856`), yet both
-//! literals are accepted and canonicalise to the former; likewise `1e23` and `100000000000000000000000` are the value
-//! of `1e+23`, the canonical spelling of the double 99999999999999991611392, and canonicalise to it. The same rule
-//! holds for a parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript
-//! spelling is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are
-//! accepted). A parsed `Value` has lost the notation of its text (serde_json reads `9007199254740993.0` as the double
-//! `...992`), so text is held to this rule only by [`canonicalize_bytes`].
+//! (`1e-400`), and a literal whose value is an integer that does not stand for its double. An integer stands for the
+//! double it rounds to when it is
+//! - that double's exact value (`99999999999999991611392`, `1152921504606846976`);
+//! - the value of that double's canonical spelling, so that canonical output reads back to itself (ECMAScript prints
+//!   the double 99999999999999991611392 as `1e+23`, so `1e23` and `100000000000000000000000` are accepted);
+//! - or that double rounded to the integer's own precision: its significant digits, trailing zeros dropped, number at
+//!   most 17 and are what rounding the double's exact value at the place of the last of them gives. That is what C's
+//!   `%.17g` (or `%.15g`, ...) prints for the double, so `9.9999999999999992e+22` is accepted.
+//!
+//! Put otherwise, an integer is refused when its double, printed to the integer's own precision, prints other digits:
+//! the double of `9007199254740993` prints as `9007199254740992` at 16 digits, so reading the literal as a double would
+//! change a digit it states, while the double of `9.9999999999999992e+22` prints as that literal at 17 digits. A
+//! literal of more than 17 significant digits states more than a double holds and must be exact. Below 2^53 every
+//! integer is a double's exact value, so the rule costs one comparison there. The rule reads the literal's value, not
+//! its notation: `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too. A literal that
+//! is not an integer (`0.1`, `0.30000000000000004`, `5e-324`, `9007199254740993.5`) always rounds to nearest, at any
+//! length, as RFC 8785 requires: most fractions (`0.1`) have no exact double, so every reader of JSON rounds them,
+//! while an integer is often an identifier or an amount in cents that must not silently change. Every accepted literal
+//! canonicalises to its double's canonical spelling: the rule decides only what is refused. The same rule holds for a
+//! parsed `serde_json::Value`: a `u64`/`i64` that does not stand for its double is rejected rather than rounded (so
+//! `u64::MAX` is rejected, `2^60` and `1152921504606847000` are accepted). A parsed `Value` has lost the notation of
+//! its text (serde_json reads `9007199254740993.0` as the double `...992`), so text is held to this rule only by
+//! [`canonicalize_bytes`].
 //!
 //! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
 //! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
@@ -60,7 +72,8 @@ pub enum Error {
         offset: usize,
     },
     /// A number no IEEE-754 double stands for without merging it with another input: overflow, underflow of a
-    /// non-zero literal, or an integer (in any notation) that is not exactly a double (see the module docs).
+    /// non-zero literal, or an integer (in any notation) that is neither exactly a double nor a double rounded to
+    /// its own precision (see the module docs).
     NumberOutOfRange {
         text: String,
         offset: usize,
@@ -889,11 +902,20 @@ fn parse_f64(text: &str) -> Option<f64> {
     format!("{sign}0.{kept}{sticky}0e{exponent}").parse().ok()
 }
 
+/// Most significant digits a literal that is not its double's exact value may have and still stand for it: 17
+/// digits tell every two doubles apart (C's `%.17g` reads back to the double it printed), so a literal with more
+/// claims a precision no double has.
+const FAITHFUL_DIGITS_MAX: usize = 17;
+
 /// Whether the literal `text`, whose double `f` is at least 2^53 in magnitude and is written `canonical`, may stand
 /// for `f` (see the module docs on numbers): a literal that is not an integer rounds, as RFC 8785 requires; an integer
-/// must be `f`'s exact value or the value of `f`'s canonical spelling. The spelling is accepted so that canonical
-/// output parses back to the double it came from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23`
-/// (the spelling of 99999999999999991611392) are themselves canonical output.
+/// must be `f`'s exact value, the value of `f`'s canonical spelling, or `f` rounded to the literal's own precision
+/// (at most [`FAITHFUL_DIGITS_MAX`] significant digits, see [`Decimal::is_rounding_of`]): `9.9999999999999992e+22`
+/// (C's `%.17g` of 99999999999999991611392) is accepted, `9007199254740993` (whose double, 9007199254740992, has 16
+/// digits of its own) is not. The spelling is accepted so that canonical output parses back to the double it came
+/// from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23` (the spelling of
+/// 99999999999999991611392) are themselves canonical output; ECMAScript's shortest spelling is nearly always also
+/// the rounding at its precision, but not where a power of two has a closer neighbour below than above.
 fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
     let literal = Decimal::parse(text);
     if !literal.is_integer() {
@@ -903,8 +925,10 @@ fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
     if literal == Decimal::parse(canonical) {
         return true;
     }
-    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits.
-    literal == Decimal::parse(&format!("{f:.0}"))
+    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits, and one of at least
+    // 2^53 has no fraction.
+    let exact = format!("{f:.0}");
+    literal == Decimal::parse(&exact) || literal.is_rounding_of(exact.trim_start_matches('-'))
 }
 
 /// A number literal's exact value: `digits` x 10^`exponent`, with `digits` free of leading and trailing zeros (empty
@@ -950,6 +974,43 @@ impl Decimal {
     /// Whether the value is a whole number.
     fn is_integer(&self) -> bool {
         self.digits.is_empty() || self.exponent >= 0
+    }
+
+    /// Whether this integer (its magnitude) is the positive integer whose decimal digits are `exact`, rounded to the
+    /// place of this integer's last significant digit, with at most [`FAITHFUL_DIGITS_MAX`] significant digits: what
+    /// C's `%.Ng` prints for N of at most 17, trailing zeros dropped (they add no precision: `1.0000000000000000e23`
+    /// is the value `1e23` and is judged as it).
+    fn is_rounding_of(&self, exact: &str) -> bool {
+        if self.digits.is_empty() || self.digits.len() > FAITHFUL_DIGITS_MAX {
+            return false;
+        }
+        // `place` is the exponent of the last significant digit; an integer's is not negative.
+        let Ok(place) = usize::try_from(self.exponent) else { return false };
+        if place > exact.len() {
+            // At least 10^place, while `exact` is below 10^(place - 1): more than half a unit away.
+            return false;
+        }
+        // `exact` is `head` x 10^place + `tail`; the candidates are `head` and `head` + 1.
+        let (head, tail) = exact.split_at(exact.len() - place);
+        if head.len() > FAITHFUL_DIGITS_MAX {
+            return false;
+        }
+        let head: u64 = if head.is_empty() { 0 } else { head.parse().expect("at most 17 decimal digits") };
+        let digits: u64 = self.digits.parse().expect("at most 17 decimal digits");
+        // `tail` against half a unit, 5 x 10^(place - 1): the same number of digits, so text order is numeric order.
+        let against_half = match tail.as_bytes().split_first() {
+            None => Ordering::Less,
+            Some((first, rest)) => {
+                first.cmp(&b'5').then(if rest.iter().all(|&b| b == b'0') { Ordering::Equal } else { Ordering::Greater })
+            }
+        };
+        match against_half {
+            Ordering::Less => digits == head,
+            // Printers break this tie differently (C to even, ECMAScript's `toPrecision` up), so either is a rounding.
+            // An integer that reads as the double `exact` is never halfway: that double is a multiple of 2^place.
+            Ordering::Equal => digits == head || digits == head + 1,
+            Ordering::Greater => digits == head + 1,
+        }
     }
 
     /// The whole number in plain digits (with its sign), for an error message; `None` unless the value is an integer
@@ -1020,6 +1081,55 @@ mod tests {
         assert_eq!(shorten_digits(&"9".repeat(40)), "9".repeat(40));
         assert_eq!(shorten_digits("0.5e7"), "0.5e7");
         assert_eq!(shorten_digits(&format!("{}.0", "0".repeat(41))), "0…000 (41 digits).0");
+    }
+
+    /// ECMAScript spells a double with the fewest digits that read back to it, the closest such digits if several:
+    /// where a power of two has a neighbour below it twice as close as the one above, those can be digits that are
+    /// not the double rounded to their length (2^89, 618970019642690137449562112, is spelled `6.189700196426902e+26`,
+    /// while rounded to 16 digits it is ...901, which reads as the double below). Canonical output must read back
+    /// to itself, so the spelling is accepted by a clause of its own.
+    #[test]
+    fn the_spelling_clause_accepts_spellings_that_are_not_roundings() {
+        let mut not_roundings = Vec::new();
+        for e in 53..=1023 {
+            let f = 2f64.powi(e);
+            let mut out = Vec::new();
+            write_f64(f, &mut out);
+            let spelled = std::str::from_utf8(&out).unwrap();
+            assert!(large_literal_stands_for(spelled, f, &out), "2^{e} spelled {spelled}");
+            if !Decimal::parse(spelled).is_rounding_of(&format!("{f:.0}")) {
+                not_roundings.push(e);
+            }
+        }
+        assert!(not_roundings.contains(&89), "{not_roundings:?}");
+    }
+
+    /// Rounding at the literal's last significant place, against exact digits, at the edges: a new leading digit
+    /// (`1e23` for 99999999999999991611392), a place beyond the exact value's digits, more than 17 digits.
+    #[test]
+    fn is_rounding_of_rounds_at_the_literal_s_own_place() {
+        let exact = "99999999999999991611392";
+        let cases: &[(&str, bool)] = &[
+            ("1e23", true),
+            ("9.9999999999999992e22", true),
+            ("9.999999999999999e22", true),
+            ("9.9999999999999993e22", false),
+            ("9.9999999999999991e22", false),
+            ("9.99999999999999916e22", false),
+            ("99999999999999991611392", false),
+            ("1e24", false),
+            ("2e23", false),
+            ("0", false),
+        ];
+        for &(literal, expected) in cases {
+            assert_eq!(Decimal::parse(literal).is_rounding_of(exact), expected, "{literal}");
+        }
+        // Halfway: either neighbour (no double is halfway, so only this function sees it).
+        assert!(Decimal::parse("1e3").is_rounding_of("1500"));
+        assert!(Decimal::parse("2e3").is_rounding_of("1500"));
+        assert!(!Decimal::parse("2e3").is_rounding_of("1499"));
+        assert!(Decimal::parse("1e3").is_rounding_of("500"));
+        assert!(!Decimal::parse("1e3").is_rounding_of("499"));
     }
 
     #[test]

@@ -322,6 +322,94 @@ fn integer_rule_reads_the_value_not_the_notation() {
     );
 }
 
+/// An integer literal that is its double rounded to its own precision, at most 17 significant digits, stands for that
+/// double, as a double printed with C's `%.17g` (or fewer digits) must: `9.9999999999999992e+22` was refused although
+/// it is `%.17g` of the double printed `1e+23`. A literal whose digits the double would change, or one of more than
+/// 17 digits that is not exact, is still refused, and the message names it.
+#[test]
+fn roundings_to_their_own_precision_stand_for_their_double() {
+    // (literal, its canonical form)
+    let accepted: &[(&str, &str)] = &[
+        // `%.17g` and `%.16g` of 99999999999999991611392, its exact value, its spelling and the RFC's samples.
+        ("9.9999999999999992e+22", "1e+23"),
+        ("9.9999999999999992E22", "1e+23"),
+        ("-9.9999999999999992e+22", "-1e+23"),
+        ("99999999999999992000000", "1e+23"),
+        ("9.999999999999999e22", "1e+23"),
+        ("99999999999999991611392", "1e+23"),
+        ("1e23", "1e+23"),
+        ("100000000000000000000000", "1e+23"),
+        ("1E30", "1e+30"),
+        // `%.17g` of other doubles whose ECMAScript spelling has fewer digits.
+        ("7.0000000000000004e+22", "7e+22"),
+        ("1.5000000000000001e+300", "1.5e+300"),
+        ("9.2233720368547758e+18", "9223372036854776000"),
+        ("9223372036854775800", "9223372036854776000"),
+        ("-9.2233720368547758e18", "-9223372036854776000"),
+        // 2^89: `%.17g`, and its spelling, which is not its rounding to 16 digits (...901 reads as the double below).
+        ("6.1897001964269014e+26", "6.189700196426902e+26"),
+        ("6.189700196426902e26", "6.189700196426902e+26"),
+        ("6.189700196426901e26", "6.189700196426901e+26"),
+        ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ("-1.7976931348623157e308", "-1.7976931348623157e+308"),
+        ("1.0000000000000001e+23", "1.0000000000000001e+23"),
+        // Not integers: rounded, at any length.
+        ("0.1", "0.1"),
+        ("0.30000000000000004", "0.30000000000000004"),
+        ("0.1000000000000000055511151231257827", "0.1"),
+        ("5e-324", "5e-324"),
+        ("9007199254740993.5", "9007199254740994"),
+    ];
+    for &(literal, canonical) in accepted {
+        assert_eq!(canon_str(literal).as_deref(), Ok(canonical), "{literal}");
+        assert_eq!(canon_str(&format!("[true,{literal}]")), Ok(format!("[true,{canonical}]")), "{literal}");
+    }
+    let refused: &[&str] = &[
+        // A double turns each into another integer of as many digits.
+        "9007199254740993",
+        "-9007199254740993",
+        "9.9999999999999993e22",
+        "99999999999999993000000",
+        "9.9999999999999991e22",
+        "6.1897001964269015e26",
+        "1.7976931348623158e308",
+        "1.8446744073709551e19",
+        "9223372036854775900",
+        // More than 17 digits and not exact: a precision no double has.
+        "9.99999999999999916e22",
+        "18446744073709551615",
+        "12345678901234567890",
+        "-99999999999999991611393",
+    ];
+    for &literal in refused {
+        let text = format!("[true,{literal}]");
+        let got = canon_str(&text);
+        assert_eq!(got, Err(number(literal, 6)), "{literal}");
+        let message = got.unwrap_err().to_string();
+        assert!(message.starts_with(&format!("number {literal} at byte 6: the integer ")), "{message}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Every rounding of every double to 1 to 17 significant digits (what `%.Ng` prints, here Rust's exact `{:.*e}`)
+    /// is accepted and canonicalises to the double it reads as, integer or not: reading it as a double changes none
+    /// of its digits.
+    #[test]
+    fn every_rounding_to_17_digits_or_fewer_is_accepted(f in float_strategy()) {
+        for precision in 0..17 {
+            let literal = format!("{f:.precision$e}");
+            let double: f64 = literal.parse().unwrap();
+            if double.is_infinite() {
+                // The largest doubles rounded up to few digits: out of range, as refused elsewhere.
+                continue;
+            }
+            prop_assert_eq!(canon_str(&literal), Ok(reference::number(double)), "{}", literal);
+        }
+    }
+}
+
 /// Values built in Rust (not parsed) follow the same number rule: integers that are not exactly a double are
 /// rejected rather than rounded into another input's key.
 #[test]
@@ -335,6 +423,10 @@ fn value_numbers() {
         (Value::from(1_152_921_504_606_847_000u64), Ok("1152921504606847000")),
         (Value::from(1_152_921_504_606_847_001u64), Err("1152921504606847001")),
         (Value::from(-1_152_921_504_606_847_000i64), Ok("-1152921504606847000")),
+        // 2^63 rounded to 17 digits (`%.17g`), and a neighbour a double would change.
+        (Value::from(9_223_372_036_854_775_800u64), Ok("9223372036854776000")),
+        (Value::from(-9_223_372_036_854_775_800i64), Ok("-9223372036854776000")),
+        (Value::from(9_223_372_036_854_775_900u64), Err("9223372036854775900")),
         (Value::from(u64::MAX), Err("18446744073709551615")),
         (Value::from(i64::MIN), Ok("-9223372036854776000")),
         (Value::from(i64::MIN + 1), Err("-9223372036854775807")),
