@@ -500,8 +500,8 @@ fn noncharacters_in_built_documents_are_refused() {
     }
 }
 
-/// Values built in Rust (not parsed) follow the same number rule: integers that are not exactly a double are
-/// rejected rather than rounded into another input's key.
+/// Values built in Rust (not parsed) follow the same number rule: integers that are neither exactly a double nor a
+/// double rounded to their own precision are rejected rather than rounded into another input's key.
 #[test]
 fn value_numbers() {
     let cases: &[(Value, Result<&str, &str>)] = &[
