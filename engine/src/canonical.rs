@@ -2,10 +2,12 @@
 //!
 //! Contract (other crates build on these signatures):
 //! - [`canonicalize_bytes`] parses JSON text strictly and returns its canonical bytes, rejecting what cannot be
-//!   canonicalised (duplicate object keys, lone surrogates, numbers no IEEE-754 double holds (see "Numbers"), invalid
-//!   UTF-8, nesting deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
+//!   canonicalised (duplicate object keys, lone surrogates, numbers no IEEE-754 double holds (see "Numbers"), Unicode
+//!   noncharacters (see "Strings"), invalid UTF-8, nesting deeper than [`DEPTH_MAX`]) with a specific [`Error`] that
+//!   names the problem and its byte offset.
 //! - [`write_value`] canonicalises an already parsed document: a `serde_json::Value` (whatever serde_json's
-//!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]).
+//!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]), rejecting the same numbers and
+//!   noncharacters.
 //!
 //! The canonical form (RFC 8785 section 3.2):
 //! - no whitespace between tokens;
@@ -21,17 +23,36 @@
 //! Numbers: JSON text is read as doubles, rounded to nearest as RFC 8785 requires, except in three cases that are
 //! rejected with [`Error::NumberOutOfRange`] because rounding would silently merge distinct inputs into one key:
 //! a literal whose magnitude overflows to infinity (`1e400`), a literal with a non-zero digit that underflows to zero
-//! (`1e-400`), and a literal whose value is an integer that its double neither equals exactly nor spells
-//! (`9007199254740993`: a double would turn it into `...992`). The rule reads the literal's value, not its notation:
-//! `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too, while `0.1` or
-//! `9007199254740993.5` are not integers and round. "Spells" keeps the canonical form a fixed point: ECMAScript prints
-//! the double 2^68 as `295147905179352830000`, which is not its exact value (`295147905179352825856`), yet both
-//! literals are accepted and canonicalise to the former; likewise `1e23` and `100000000000000000000000` are the value
-//! of `1e+23`, the canonical spelling of the double 99999999999999991611392, and canonicalise to it. The same rule
-//! holds for a parsed `serde_json::Value`: a `u64`/`i64` that is neither exactly a double nor that double's ECMAScript
-//! spelling is rejected rather than rounded (so `u64::MAX` is rejected, `2^60` and `1152921504606847000` are
-//! accepted). A parsed `Value` has lost the notation of its text (serde_json reads `9007199254740993.0` as the double
-//! `...992`), so text is held to this rule only by [`canonicalize_bytes`].
+//! (`1e-400`), and a literal whose value is an integer that does not stand for its double. An integer stands for the
+//! double it rounds to when it is
+//! - that double's exact value (`99999999999999991611392`, `1152921504606846976`);
+//! - the value of that double's canonical spelling, so that canonical output reads back to itself (ECMAScript prints
+//!   the double 99999999999999991611392 as `1e+23`, so `1e23` and `100000000000000000000000` are accepted);
+//! - or that double rounded to the integer's own precision: its significant digits, trailing zeros dropped, number at
+//!   most 17 and are what rounding the double's exact value at the place of the last of them gives. That is what C's
+//!   `%.17g` (or `%.15g`, ...) prints for the double, so `9.9999999999999992e+22` is accepted.
+//!
+//! Put otherwise, an integer is refused when its double, printed to the integer's own precision, prints other digits:
+//! the double of `9007199254740993` prints as `9007199254740992` at 16 digits, so reading the literal as a double would
+//! change a digit it states, while the double of `9.9999999999999992e+22` prints as that literal at 17 digits. A
+//! literal of more than 17 significant digits states more than a double holds and must be exact. Below 2^53 every
+//! integer is a double's exact value, so the rule costs one comparison there. The rule reads the literal's value, not
+//! its notation: `9007199254740993.0` and `9.007199254740993e15` are that same integer and rejected too. A literal that
+//! is not an integer (`0.1`, `0.30000000000000004`, `5e-324`, `9007199254740993.5`) always rounds to nearest, at any
+//! length, as RFC 8785 requires: most fractions (`0.1`) have no exact double, so every reader of JSON rounds them,
+//! while an integer is often an identifier or an amount in cents that must not silently change. Every accepted literal
+//! canonicalises to its double's canonical spelling: the rule decides only what is refused. The same rule holds for a
+//! parsed `serde_json::Value`: a `u64`/`i64` that does not stand for its double is rejected rather than rounded (so
+//! `u64::MAX` is rejected, `2^60` and `1152921504606847000` are accepted). A parsed `Value` has lost the notation of
+//! its text (serde_json reads `9007199254740993.0` as the double `...992`), so text is held to this rule only by
+//! [`canonicalize_bytes`].
+//!
+//! Strings: RFC 8785 requires I-JSON (RFC 7493), which forbids Unicode noncharacters ([`is_noncharacter`]:
+//! U+FDD0..U+FDEF and every code point whose low 16 bits are `FFFE` or `FFFF`) in strings and member names. One is
+//! rejected with [`Error::Noncharacter`], naming it, whether it is in a string or a member name, and where: in JSON
+//! text written as it is or as a `\u` escape (`\uFFFE`, or a surrogate pair such as `\uD83F\uDFFF` for U+1FFFF), and
+//! in a document built in code. Every noncharacter's UTF-8 starts with a byte of 0xEF or above, so a string without
+//! one (all of ASCII and most scripts) is written after the one scan that finds it needs no escape either.
 //!
 //! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
 //! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
@@ -42,7 +63,8 @@ use std::cmp::Ordering;
 pub const DEPTH_MAX: usize = 128;
 
 /// Why a document cannot be canonicalised. Offsets are byte offsets into the input text; for [`write_value`], which
-/// has no input text, they are the byte offsets in the canonical output at which the offending value would start.
+/// has no input text, they are the byte offsets in the canonical output at which the offending value (for a
+/// noncharacter, the character) would start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     Syntax {
@@ -60,13 +82,22 @@ pub enum Error {
         offset: usize,
     },
     /// A number no IEEE-754 double stands for without merging it with another input: overflow, underflow of a
-    /// non-zero literal, or an integer (in any notation) that is not exactly a double (see the module docs).
+    /// non-zero literal, or an integer (in any notation) that is neither exactly a double nor a double rounded to
+    /// its own precision (see the module docs).
     NumberOutOfRange {
         text: String,
         offset: usize,
     },
     TooDeep {
         depth_max: usize,
+        offset: usize,
+    },
+    /// A Unicode noncharacter ([`is_noncharacter`]) in a string or, if `in_member_name`, in an object member name:
+    /// I-JSON (RFC 7493), which RFC 8785 requires, forbids them. `offset` is where the character, or the `\u` escape
+    /// that writes it (the first of a surrogate pair), starts.
+    Noncharacter {
+        code_point: char,
+        in_member_name: bool,
         offset: usize,
     },
 }
@@ -97,6 +128,15 @@ impl std::fmt::Display for Error {
             }
             Error::TooDeep { depth_max, offset } => {
                 write!(f, "nesting deeper than {depth_max} levels at byte {offset}")
+            }
+            Error::Noncharacter { code_point, in_member_name, offset } => {
+                let place = if *in_member_name { "an object member name" } else { "a string" };
+                write!(
+                    f,
+                    "Unicode noncharacter U+{:04X} in {place} at byte {offset}: I-JSON (RFC 7493), which RFC 8785 \
+                     requires, forbids noncharacters",
+                    u32::from(*code_point)
+                )
             }
         }
     }
@@ -283,7 +323,7 @@ fn write_without_at<T: Tree, P: AsRef<str>>(
                 out.push(b',');
             }
             written += 1;
-            write_string(name, out);
+            write_string(name, out).map_err(|n| n.error(true))?;
             out.push(b':');
             write_without_at(item, &deeper, out, depth + 1)
         })
@@ -356,29 +396,57 @@ static ESCAPE: [u8; 256] = {
     table
 };
 
-/// Whether any byte of `word` is below 0x20, `"` or `\\` (the SWAR zero-byte test: exact for "any", which is all
-/// this answers; the byte loop then finds which).
-fn needs_escape(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
-    below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The top bit set of each byte of `word` that is below 0x20, `"` or `\\`, and perhaps of bytes after such a byte (the
+/// SWAR zero-byte test's borrow): not zero exactly when `word` holds such a byte, which is all that is asked of it; the
+/// byte loop then finds which. One mask, tested once, so that adding a test to it costs no branch.
+#[inline(always)]
+fn escape_bits(word: u64) -> u64 {
+    let zero_bits = |v: u64| v.wrapping_sub(ONES) & !v;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
+    (below_space | zero_bits(word ^ (ONES * u64::from(b'"'))) | zero_bits(word ^ (ONES * u64::from(b'\\')))) & HIGHS
 }
 
-/// Whether any byte of `bytes` is below 0x20, `"` or `\\`: eight bytes at a time. The bytes after the last whole
-/// word are looked at again with the words that overlap them (an "any" question may look at a byte twice), so no
-/// string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most strings
-/// written are member names shorter than a word.
-fn any_needs_escape(bytes: &[u8]) -> bool {
+/// Whether any byte of `word` is below 0x20, `"` or `\\`.
+#[cfg(test)]
+fn needs_escape(word: u64) -> bool {
+    escape_bits(word) != 0
+}
+
+/// The top bit set of each byte of `word` that is 0xEF or above: the lead byte of every noncharacter's UTF-8 (`EF` for
+/// U+FDD0..U+FDEF, U+FFFE and U+FFFF, `F0..F4` for the supplementary planes' ones), so a string without such a byte
+/// holds none. Exact for each byte: `(b & 0x7F) + 0x11` reaches 0x80 exactly when `b & 0x7F` is at least 0x6F, and
+/// never carries into the next byte; the `& word` keeps bytes whose own top bit is set.
+#[inline(always)]
+fn noncharacter_lead_bits(word: u64) -> u64 {
+    (word & !HIGHS).wrapping_add(ONES * 0x11) & word & HIGHS
+}
+
+/// Whether `word` sends a string to the byte loop: a byte of it needs an escape or, when checking for noncharacters
+/// (`CHECK`), may start one.
+#[inline(always)]
+fn needs_a_look<const CHECK: bool>(word: u64) -> bool {
+    let lead_bits = if CHECK { noncharacter_lead_bits(word) } else { 0 };
+    (escape_bits(word) | lead_bits) != 0
+}
+
+/// Whether [`needs_a_look`] holds for any of the words that together cover `bytes`: eight bytes at a time. The bytes
+/// after the last whole word are looked at again with the words that overlap them (an "any" question may look at a
+/// byte twice), so no string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string,
+/// and most strings written are member names shorter than a word. A short string is packed into one word padded with
+/// spaces, which need no look.
+#[inline(always)]
+fn any_word_needs_a_look<const CHECK: bool>(bytes: &[u8]) -> bool {
     let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().expect("8 bytes"));
     let n = bytes.len();
     if n >= 8 {
         let mut chunks = bytes.chunks_exact(8);
-        if chunks.by_ref().any(|chunk| needs_escape(word(chunk))) {
+        if chunks.by_ref().any(|chunk| needs_a_look::<CHECK>(word(chunk))) {
             return true;
         }
-        return !chunks.remainder().is_empty() && needs_escape(word(&bytes[n - 8..]));
+        return !chunks.remainder().is_empty() && needs_a_look::<CHECK>(word(&bytes[n - 8..]));
     }
     let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
     let packed = if n >= 4 {
@@ -390,33 +458,115 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
     } else {
         return false;
     };
-    needs_escape(packed)
+    needs_a_look::<CHECK>(packed)
 }
 
-/// Appends `s` as a canonical JSON string literal.
-fn write_string(s: &str, out: &mut Vec<u8>) {
+/// Whether any byte of `bytes` is below 0x20, `"` or `\\`.
+#[cfg(test)]
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    any_word_needs_a_look::<false>(bytes)
+}
+
+/// Whether `c` is a Unicode noncharacter: U+FDD0..=U+FDEF, or one of the last two code points of a plane (its low 16
+/// bits `FFFE` or `FFFF`). I-JSON (RFC 7493), which RFC 8785 requires, forbids them in strings and member names.
+pub fn is_noncharacter(c: char) -> bool {
+    let c = u32::from(c);
+    (0xFDD0..=0xFDEF).contains(&c) || c & 0xFFFE == 0xFFFE
+}
+
+/// The noncharacter whose UTF-8 starts at byte `i` of `s`, if one does, read from the bytes: `EF B7 90..AF`
+/// (U+FDD0..U+FDEF), `EF BF BE`/`BF` (U+FFFE, U+FFFF), or four bytes whose second ends in `F` (`8F`, `9F`, `AF` or
+/// `BF`, as the last 4096 code points of a plane do) and whose last two are `BF BE`/`BF`. Every noncharacter's first
+/// byte is 0xEF or above, the one place the callers look.
+fn noncharacter_at(s: &str, i: usize) -> Option<char> {
+    let is_one = match s.as_bytes()[i..] {
+        [0xEF, 0xB7, 0x90..=0xAF, ..] | [0xEF, 0xBF, 0xBE | 0xBF, ..] => true,
+        [0xF0..=0xF4, second, 0xBF, 0xBE | 0xBF, ..] => second & 0x0F == 0x0F,
+        _ => false,
+    };
+    if is_one { s[i..].chars().next() } else { None }
+}
+
+/// A noncharacter found while writing a string: the character, and the offset in the output at which it would have
+/// been written.
+struct Noncharacter {
+    code_point: char,
+    offset: usize,
+}
+
+impl Noncharacter {
+    fn error(self, in_member_name: bool) -> Error {
+        Error::Noncharacter { code_point: self.code_point, in_member_name, offset: self.offset }
+    }
+}
+
+/// Appends `s` as a canonical JSON string literal, or fails at its first noncharacter (`out` then holds part of it).
+fn write_string(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
+    write_string_checking::<true>(s, out)
+}
+
+/// Appends `s`, which the parser has already checked for noncharacters, as a canonical JSON string literal.
+fn write_parsed_string(s: &str, out: &mut Vec<u8>) {
+    // Without the check this cannot fail; it is left out so that the parser's strings take the fast path whatever
+    // characters they hold.
+    let written = write_string_checking::<false>(s, out);
+    debug_assert!(written.is_ok());
+}
+
+/// Appends `s` as a canonical JSON string literal; with `CHECK`, fails at its first noncharacter.
+#[inline(always)]
+fn write_string_checking<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // Almost every string needs no escape: one scan, one copy. The loop below finds the bytes that do.
-    if !any_needs_escape(bytes) {
+    // Almost every string needs no escape and holds no byte 0xEF or above: one scan, one copy. The loop below finds
+    // the bytes that do.
+    if !any_word_needs_a_look::<CHECK>(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
-        return;
+        return Ok(());
     }
+    write_string_body::<CHECK>(s, out)
+}
+
+/// The rest of [`write_string_checking`] for a string that needs a look, after its opening quote: out of line, so
+/// that the fast path stays small where it is inlined.
+#[inline(never)]
+fn write_string_body<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
+    let bytes = s.as_bytes();
     let mut run_start = 0;
     let mut i = 0;
-    // Bounded by the string's length: every iteration advances `i` by 8 or by 1.
+    // Bounded by the string's length: every iteration advances `i`, to the end of a word or by 1.
     while i < bytes.len() {
-        // Most strings need no escape: skip 8 bytes at a time while none of them is a control, `"` or `\`.
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
-            if !needs_escape(word) {
-                i += 8;
+        // Skip a word at a time while none of its bytes is a control, `"` or `\`, looking (when checking) only at
+        // those that may start a noncharacter, so that text with such bytes (emoji, full-width forms) stays a word at
+        // a time. Near the end, the word is the string's last, whose bytes before `i` have been looked at already.
+        let word_at = if i + 8 <= bytes.len() { Some(i) } else { bytes.len().checked_sub(8) };
+        if let Some(at) = word_at {
+            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("an 8-byte slice"));
+            if escape_bits(word) == 0 {
+                let mut leads = if CHECK { noncharacter_lead_bits(word) & (!0 << (8 * (i - at))) } else { 0 };
+                // Bounded by the 8 bits a word can have set: each iteration clears one.
+                while leads != 0 {
+                    let lead = at + leads.trailing_zeros() as usize / 8;
+                    if let Some(c) = noncharacter_at(s, lead) {
+                        // `out` holds the string up to `run_start`; the bytes from there on are copied as they are.
+                        return Err(Noncharacter { code_point: c, offset: out.len() + (lead - run_start) });
+                    }
+                    leads &= leads - 1;
+                }
+                i = at + 8;
                 continue;
             }
         }
         let b = bytes[i];
+        if CHECK
+            && b >= 0xEF
+            && let Some(c) = noncharacter_at(s, i)
+        {
+            // `out` holds the string up to `run_start`; the bytes from there to `i` would be copied as they are.
+            return Err(Noncharacter { code_point: c, offset: out.len() + (i - run_start) });
+        }
         i += 1;
         let escape = ESCAPE[usize::from(b)];
         if escape == 0 {
@@ -434,6 +584,7 @@ fn write_string(s: &str, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&bytes[run_start..]);
     out.push(b'"');
+    Ok(())
 }
 
 fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> {
@@ -482,7 +633,7 @@ fn write_value_at<T: Tree>(value: &T, out: &mut Vec<u8>, depth: usize) -> Result
         Node::Bool(true) => out.extend_from_slice(b"true"),
         Node::Bool(false) => out.extend_from_slice(b"false"),
         Node::Number(n) => write_number(n, out)?,
-        Node::String(s) => write_string(s, out),
+        Node::String(s) => write_string(s, out).map_err(|n| n.error(false))?,
         Node::Array(items) => {
             if depth >= DEPTH_MAX {
                 return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
@@ -508,7 +659,7 @@ fn write_value_at<T: Tree>(value: &T, out: &mut Vec<u8>, depth: usize) -> Result
                         out.push(b',');
                     }
                     written += 1;
-                    write_string(name, out);
+                    write_string(name, out).map_err(|n| n.error(true))?;
                     out.push(b':');
                     write_value_at(item, out, depth + 1)
                 })
@@ -600,8 +751,8 @@ impl<'a> Parser<'a> {
             Some(b't') => self.expect_literal(b"true", out),
             Some(b'f') => self.expect_literal(b"false", out),
             Some(b'"') => {
-                let s = self.string()?;
-                write_string(&s, out);
+                let s = self.string(false)?;
+                write_parsed_string(&s, out);
                 Ok(())
             }
             Some(b'-' | b'0'..=b'9') => self.number(out),
@@ -668,7 +819,7 @@ impl<'a> Parser<'a> {
                 return Err(self.syntax("expected a string as an object member name"));
             }
             let name_offset = self.pos;
-            let name = self.string()?;
+            let name = self.string(true)?;
             self.skip_whitespace();
             if self.peek() != Some(b':') {
                 return Err(self.syntax("expected ':' after an object member name"));
@@ -679,7 +830,7 @@ impl<'a> Parser<'a> {
                 out.push(b',');
             }
             let start = out.len();
-            write_string(&name, out);
+            write_parsed_string(&name, out);
             out.push(b':');
             self.value(out, depth + 1)?;
             members.push(Member { name, name_offset, start, end: out.len() });
@@ -718,9 +869,10 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// Parses a string literal at `self.pos` (an opening quote) and returns its value: borrowed from the input when
-    /// it holds no escape, as almost every string does.
-    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, Error> {
+    /// Parses a string literal at `self.pos` (an opening quote), a member name if `in_member_name`, and returns its
+    /// value: borrowed from the input when it holds no escape, as almost every string does. Refuses a noncharacter,
+    /// written as it is or escaped.
+    fn string(&mut self, in_member_name: bool) -> Result<std::borrow::Cow<'a, str>, Error> {
         self.pos += 1;
         let mut value = String::new();
         let mut escaped = false;
@@ -743,17 +895,24 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     escaped = true;
                     value.push_str(&self.text[run_start..self.pos]);
-                    self.escape(&mut value)?;
+                    self.escape(&mut value, in_member_name)?;
                     run_start = self.pos;
                 }
                 0x00..=0x1f => return Err(self.syntax("unescaped control character in a string")),
+                // The lead bytes of every noncharacter's UTF-8 (the input is valid UTF-8, so one starts a character).
+                0xEF..=0xF4 => {
+                    if let Some(c) = noncharacter_at(self.text, self.pos) {
+                        return Err(Error::Noncharacter { code_point: c, in_member_name, offset: self.pos });
+                    }
+                    self.pos += 1;
+                }
                 _ => self.pos += 1,
             }
         }
     }
 
-    /// Decodes the escape at `self.pos` (a backslash) onto `value`.
-    fn escape(&mut self, value: &mut String) -> Result<(), Error> {
+    /// Decodes the escape at `self.pos` (a backslash) onto `value`, in a member name if `in_member_name`.
+    fn escape(&mut self, value: &mut String, in_member_name: bool) -> Result<(), Error> {
         let escape_offset = self.pos;
         let simple = match self.bytes.get(self.pos + 1) {
             Some(b'"') => '"',
@@ -783,6 +942,9 @@ impl<'a> Parser<'a> {
                     _ => high,
                 };
                 let c = char::from_u32(code).expect("a non-surrogate code point below 0x110000 is a char");
+                if is_noncharacter(c) {
+                    return Err(Error::Noncharacter { code_point: c, in_member_name, offset: escape_offset });
+                }
                 value.push(c);
                 return Ok(());
             }
@@ -889,11 +1051,20 @@ fn parse_f64(text: &str) -> Option<f64> {
     format!("{sign}0.{kept}{sticky}0e{exponent}").parse().ok()
 }
 
+/// Most significant digits a literal that is not its double's exact value may have and still stand for it: 17
+/// digits tell every two doubles apart (C's `%.17g` reads back to the double it printed), so a literal with more
+/// claims a precision no double has.
+const FAITHFUL_DIGITS_MAX: usize = 17;
+
 /// Whether the literal `text`, whose double `f` is at least 2^53 in magnitude and is written `canonical`, may stand
 /// for `f` (see the module docs on numbers): a literal that is not an integer rounds, as RFC 8785 requires; an integer
-/// must be `f`'s exact value or the value of `f`'s canonical spelling. The spelling is accepted so that canonical
-/// output parses back to the double it came from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23`
-/// (the spelling of 99999999999999991611392) are themselves canonical output.
+/// must be `f`'s exact value, the value of `f`'s canonical spelling, or `f` rounded to the literal's own precision
+/// (at most [`FAITHFUL_DIGITS_MAX`] significant digits, see [`Decimal::is_rounding_of`]): `9.9999999999999992e+22`
+/// (C's `%.17g` of 99999999999999991611392) is accepted, `9007199254740993` (whose double, 9007199254740992, has 16
+/// digits of its own) is not. The spelling is accepted so that canonical output parses back to the double it came
+/// from: `1152921504606847000` (2^60 + 24, the spelling of 2^60) and `1e+23` (the spelling of
+/// 99999999999999991611392) are themselves canonical output; ECMAScript's shortest spelling is nearly always also
+/// the rounding at its precision, but not where a power of two has a closer neighbour below than above.
 fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
     let literal = Decimal::parse(text);
     if !literal.is_integer() {
@@ -903,8 +1074,10 @@ fn large_literal_stands_for(text: &str, f: f64, canonical: &[u8]) -> bool {
     if literal == Decimal::parse(canonical) {
         return true;
     }
-    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits.
-    literal == Decimal::parse(&format!("{f:.0}"))
+    // Rust's fixed-precision formatting is exact; a finite double has at most 309 integer digits, and one of at least
+    // 2^53 has no fraction.
+    let exact = format!("{f:.0}");
+    literal == Decimal::parse(&exact) || literal.is_rounding_of(exact.trim_start_matches('-'))
 }
 
 /// A number literal's exact value: `digits` x 10^`exponent`, with `digits` free of leading and trailing zeros (empty
@@ -952,6 +1125,43 @@ impl Decimal {
         self.digits.is_empty() || self.exponent >= 0
     }
 
+    /// Whether this integer (its magnitude) is the positive integer whose decimal digits are `exact`, rounded to the
+    /// place of this integer's last significant digit, with at most [`FAITHFUL_DIGITS_MAX`] significant digits: what
+    /// C's `%.Ng` prints for N of at most 17, trailing zeros dropped (they add no precision: `1.0000000000000000e23`
+    /// is the value `1e23` and is judged as it).
+    fn is_rounding_of(&self, exact: &str) -> bool {
+        if self.digits.is_empty() || self.digits.len() > FAITHFUL_DIGITS_MAX {
+            return false;
+        }
+        // `place` is the exponent of the last significant digit; an integer's is not negative.
+        let Ok(place) = usize::try_from(self.exponent) else { return false };
+        if place > exact.len() {
+            // At least 10^place, while `exact` is below 10^(place - 1): more than half a unit away.
+            return false;
+        }
+        // `exact` is `head` x 10^place + `tail`; the candidates are `head` and `head` + 1.
+        let (head, tail) = exact.split_at(exact.len() - place);
+        if head.len() > FAITHFUL_DIGITS_MAX {
+            return false;
+        }
+        let head: u64 = if head.is_empty() { 0 } else { head.parse().expect("at most 17 decimal digits") };
+        let digits: u64 = self.digits.parse().expect("at most 17 decimal digits");
+        // `tail` against half a unit, 5 x 10^(place - 1): the same number of digits, so text order is numeric order.
+        let against_half = match tail.as_bytes().split_first() {
+            None => Ordering::Less,
+            Some((first, rest)) => {
+                first.cmp(&b'5').then(if rest.iter().all(|&b| b == b'0') { Ordering::Equal } else { Ordering::Greater })
+            }
+        };
+        match against_half {
+            Ordering::Less => digits == head,
+            // Printers break this tie differently (C to even, ECMAScript's `toPrecision` up), so either is a rounding.
+            // An integer that reads as the double `exact` is never halfway: that double is a multiple of 2^place.
+            Ordering::Equal => digits == head || digits == head + 1,
+            Ordering::Greater => digits == head + 1,
+        }
+    }
+
     /// The whole number in plain digits (with its sign), for an error message; `None` unless the value is an integer
     /// of at most 400 digits (a finite double has at most 309).
     fn integer_text(&self) -> Option<String> {
@@ -996,6 +1206,83 @@ mod tests {
         }
     }
 
+    #[test]
+    fn noncharacter_lead_bits_find_every_byte_from_0xef() {
+        for fill in [b'a', 0x80, 0xbf, 0xee, b' '] {
+            for b in 0..=255u8 {
+                for position in 0..8 {
+                    let mut word = [fill; 8];
+                    word[position] = b;
+                    let found = noncharacter_lead_bits(u64::from_le_bytes(word)) != 0;
+                    assert_eq!(found, b >= 0xef, "byte {b:#04x} at {position}");
+                }
+            }
+        }
+        for len in 0..=20 {
+            assert!(!any_word_needs_a_look::<true>(&vec![0xee; len]), "length {len}");
+            for position in 0..len {
+                for b in [0xef, 0xf0, 0xf4, 0xff] {
+                    let mut bytes = vec![0xee; len];
+                    bytes[position] = b;
+                    assert!(any_word_needs_a_look::<true>(&bytes), "byte {b:#04x} at {position} of {len}");
+                }
+            }
+        }
+    }
+
+    /// The 66 noncharacters; each one's UTF-8 starts with a byte the fast path stops at, and the byte patterns
+    /// [`noncharacter_at`] reads find exactly them, at the start of every character and after another one.
+    #[test]
+    fn noncharacters_are_the_66_and_their_utf8_patterns_find_them() {
+        let all: Vec<char> = (char::MIN..=char::MAX).filter(|&c| is_noncharacter(c)).collect();
+        assert_eq!(all.len(), 66);
+        assert_eq!(all[..3], ['\u{FDD0}', '\u{FDD1}', '\u{FDD2}']);
+        assert_eq!(all[31..35], ['\u{FDEF}', '\u{FFFE}', '\u{FFFF}', '\u{1FFFE}']);
+        assert_eq!(all[64..], ['\u{10FFFE}', '\u{10FFFF}']);
+        for c in char::MIN..=char::MAX {
+            let alone = c.to_string();
+            let expected = is_noncharacter(c).then_some(c);
+            if alone.as_bytes()[0] >= 0xef {
+                assert_eq!(noncharacter_at(&alone, 0), expected, "{c:?}");
+                assert_eq!(noncharacter_at(&format!("\u{FFFD}{c}x"), 3), expected, "{c:?}");
+            } else {
+                assert_eq!(expected, None, "{c:?}");
+            }
+        }
+    }
+
+    /// The checking writer finds a noncharacter wherever it is (in a whole word, in the string's overlapping last
+    /// word, in the byte loop after an escape) and names the offset it would have been written at; without one it
+    /// writes what the unchecked writer writes.
+    #[test]
+    fn write_string_finds_a_noncharacter_wherever_it_is() {
+        let fillers = ['a', '"', '\n', '\u{e9}', '\u{1F600}', '\u{FF21}', '\u{FFFD}', '\u{FDCF}', 'b'];
+        for seed in 0..fillers.len() {
+            let text = |count: usize, from: usize| -> String {
+                (from..from + count).map(|k| fillers[(k * 5 + seed) % fillers.len()]).collect()
+            };
+            for len in 0..24 {
+                for position in 0..=len {
+                    let (before, after) = (text(position, 0), text(len - position, position));
+                    let mut unchecked = b"[1,".to_vec();
+                    write_parsed_string(&format!("{before}\u{FFFD}{after}"), &mut unchecked);
+                    let mut checked = b"[1,".to_vec();
+                    assert!(write_string(&format!("{before}\u{FFFD}{after}"), &mut checked).is_ok());
+                    assert_eq!(checked, unchecked, "{before:?} {after:?}");
+                    let mut written_before = b"[1,".to_vec();
+                    write_parsed_string(&before, &mut written_before);
+                    for c in ['\u{FDD0}', '\u{FFFF}', '\u{10FFFE}'] {
+                        let mut out = b"[1,".to_vec();
+                        let Err(found) = write_string(&format!("{before}{c}{after}"), &mut out) else {
+                            panic!("{c:?} after {before:?} not found");
+                        };
+                        assert_eq!((found.code_point, found.offset), (c, written_before.len() - 1), "{before:?}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A number past [`MESSAGE_DIGITS_MAX`] digits is shortened in an error message (a QA report: the largest
     /// double's literal gave a message of about 600 characters, its integer and nearest double in full), on one line
     /// that still names the nearest double; the rule itself is unchanged, the literal is refused.
@@ -1020,6 +1307,55 @@ mod tests {
         assert_eq!(shorten_digits(&"9".repeat(40)), "9".repeat(40));
         assert_eq!(shorten_digits("0.5e7"), "0.5e7");
         assert_eq!(shorten_digits(&format!("{}.0", "0".repeat(41))), "0…000 (41 digits).0");
+    }
+
+    /// ECMAScript spells a double with the fewest digits that read back to it, the closest such digits if several:
+    /// where a power of two has a neighbour below it twice as close as the one above, those can be digits that are
+    /// not the double rounded to their length (2^89, 618970019642690137449562112, is spelled `6.189700196426902e+26`,
+    /// while rounded to 16 digits it is ...901, which reads as the double below). Canonical output must read back
+    /// to itself, so the spelling is accepted by a clause of its own.
+    #[test]
+    fn the_spelling_clause_accepts_spellings_that_are_not_roundings() {
+        let mut not_roundings = Vec::new();
+        for e in 53..=1023 {
+            let f = 2f64.powi(e);
+            let mut out = Vec::new();
+            write_f64(f, &mut out);
+            let spelled = std::str::from_utf8(&out).unwrap();
+            assert!(large_literal_stands_for(spelled, f, &out), "2^{e} spelled {spelled}");
+            if !Decimal::parse(spelled).is_rounding_of(&format!("{f:.0}")) {
+                not_roundings.push(e);
+            }
+        }
+        assert!(not_roundings.contains(&89), "{not_roundings:?}");
+    }
+
+    /// Rounding at the literal's last significant place, against exact digits, at the edges: a new leading digit
+    /// (`1e23` for 99999999999999991611392), a place beyond the exact value's digits, more than 17 digits.
+    #[test]
+    fn is_rounding_of_rounds_at_the_literal_s_own_place() {
+        let exact = "99999999999999991611392";
+        let cases: &[(&str, bool)] = &[
+            ("1e23", true),
+            ("9.9999999999999992e22", true),
+            ("9.999999999999999e22", true),
+            ("9.9999999999999993e22", false),
+            ("9.9999999999999991e22", false),
+            ("9.99999999999999916e22", false),
+            ("99999999999999991611392", false),
+            ("1e24", false),
+            ("2e23", false),
+            ("0", false),
+        ];
+        for &(literal, expected) in cases {
+            assert_eq!(Decimal::parse(literal).is_rounding_of(exact), expected, "{literal}");
+        }
+        // Halfway: either neighbour (no double is halfway, so only this function sees it).
+        assert!(Decimal::parse("1e3").is_rounding_of("1500"));
+        assert!(Decimal::parse("2e3").is_rounding_of("1500"));
+        assert!(!Decimal::parse("2e3").is_rounding_of("1499"));
+        assert!(Decimal::parse("1e3").is_rounding_of("500"));
+        assert!(!Decimal::parse("1e3").is_rounding_of("499"));
     }
 
     #[test]

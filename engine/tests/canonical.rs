@@ -3,7 +3,7 @@
 //! from Rust's shortest round-trip digits laid out by the ECMAScript rules), and against the Python `rfc8785` package
 //! (installed by the test itself under the target directory; the test fails, never skips, if it cannot).
 
-use engine::canonical::{DEPTH_MAX, Error, canonicalize_bytes, cmp_utf16, to_vec};
+use engine::canonical::{DEPTH_MAX, Error, canonicalize_bytes, cmp_utf16, is_noncharacter, to_vec};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
@@ -322,8 +322,186 @@ fn integer_rule_reads_the_value_not_the_notation() {
     );
 }
 
-/// Values built in Rust (not parsed) follow the same number rule: integers that are not exactly a double are
-/// rejected rather than rounded into another input's key.
+/// An integer literal that is its double rounded to its own precision, at most 17 significant digits, stands for that
+/// double, as a double printed with C's `%.17g` (or fewer digits) must: `9.9999999999999992e+22` was refused although
+/// it is `%.17g` of the double printed `1e+23`. A literal whose digits the double would change, or one of more than
+/// 17 digits that is not exact, is still refused, and the message names it.
+#[test]
+fn roundings_to_their_own_precision_stand_for_their_double() {
+    // (literal, its canonical form)
+    let accepted: &[(&str, &str)] = &[
+        // `%.17g` and `%.16g` of 99999999999999991611392, its exact value, its spelling and the RFC's samples.
+        ("9.9999999999999992e+22", "1e+23"),
+        ("9.9999999999999992E22", "1e+23"),
+        ("-9.9999999999999992e+22", "-1e+23"),
+        ("99999999999999992000000", "1e+23"),
+        ("9.999999999999999e22", "1e+23"),
+        ("99999999999999991611392", "1e+23"),
+        ("1e23", "1e+23"),
+        ("100000000000000000000000", "1e+23"),
+        ("1E30", "1e+30"),
+        // `%.17g` of other doubles whose ECMAScript spelling has fewer digits.
+        ("7.0000000000000004e+22", "7e+22"),
+        ("1.5000000000000001e+300", "1.5e+300"),
+        ("9.2233720368547758e+18", "9223372036854776000"),
+        ("9223372036854775800", "9223372036854776000"),
+        ("-9.2233720368547758e18", "-9223372036854776000"),
+        // 2^89: `%.17g`, and its spelling, which is not its rounding to 16 digits (...901 reads as the double below).
+        ("6.1897001964269014e+26", "6.189700196426902e+26"),
+        ("6.189700196426902e26", "6.189700196426902e+26"),
+        ("6.189700196426901e26", "6.189700196426901e+26"),
+        ("1.7976931348623157e308", "1.7976931348623157e+308"),
+        ("-1.7976931348623157e308", "-1.7976931348623157e+308"),
+        ("1.0000000000000001e+23", "1.0000000000000001e+23"),
+        // Not integers: rounded, at any length.
+        ("0.1", "0.1"),
+        ("0.30000000000000004", "0.30000000000000004"),
+        ("0.1000000000000000055511151231257827", "0.1"),
+        ("5e-324", "5e-324"),
+        ("9007199254740993.5", "9007199254740994"),
+    ];
+    for &(literal, canonical) in accepted {
+        assert_eq!(canon_str(literal).as_deref(), Ok(canonical), "{literal}");
+        assert_eq!(canon_str(&format!("[true,{literal}]")), Ok(format!("[true,{canonical}]")), "{literal}");
+    }
+    let refused: &[&str] = &[
+        // A double turns each into another integer of as many digits.
+        "9007199254740993",
+        "-9007199254740993",
+        "9.9999999999999993e22",
+        "99999999999999993000000",
+        "9.9999999999999991e22",
+        "6.1897001964269015e26",
+        "1.7976931348623158e308",
+        "1.8446744073709551e19",
+        "9223372036854775900",
+        // More than 17 digits and not exact: a precision no double has.
+        "9.99999999999999916e22",
+        "18446744073709551615",
+        "12345678901234567890",
+        "-99999999999999991611393",
+    ];
+    for &literal in refused {
+        let text = format!("[true,{literal}]");
+        let got = canon_str(&text);
+        assert_eq!(got, Err(number(literal, 6)), "{literal}");
+        let message = got.unwrap_err().to_string();
+        assert!(message.starts_with(&format!("number {literal} at byte 6: the integer ")), "{message}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Every rounding of every double to 1 to 17 significant digits (what `%.Ng` prints, here Rust's exact `{:.*e}`)
+    /// is accepted and canonicalises to the double it reads as, integer or not: reading it as a double changes none
+    /// of its digits.
+    #[test]
+    fn every_rounding_to_17_digits_or_fewer_is_accepted(f in float_strategy()) {
+        for precision in 0..17 {
+            let literal = format!("{f:.precision$e}");
+            let double: f64 = literal.parse().unwrap();
+            if double.is_infinite() {
+                // The largest doubles rounded up to few digits: out of range, as refused elsewhere.
+                continue;
+            }
+            prop_assert_eq!(canon_str(&literal), Ok(reference::number(double)), "{}", literal);
+        }
+    }
+}
+
+/// I-JSON (RFC 7493), which RFC 8785 requires, forbids Unicode noncharacters: each is refused with its code point,
+/// whether it is in a string or a member name, and its offset, written as it is or escaped (a supplementary-plane one
+/// as a surrogate pair), while its neighbours are accepted.
+#[test]
+fn noncharacters_are_refused_where_they_are() {
+    let refused = |code_point: char, in_member_name: bool, offset: usize| Error::Noncharacter {
+        code_point,
+        in_member_name,
+        offset,
+    };
+    // (JSON text, the error)
+    let cases: &[(&str, Error)] = &[
+        ("\"a\u{FFFE}\"", refused('\u{FFFE}', false, 2)),
+        ("[\"\u{FFFF}\"]", refused('\u{FFFF}', false, 2)),
+        ("\"\u{FDD0}\"", refused('\u{FDD0}', false, 1)),
+        ("\"\u{FDEF}\"", refused('\u{FDEF}', false, 1)),
+        ("\"\u{1FFFF}\"", refused('\u{1FFFF}', false, 1)),
+        ("\"\u{10FFFE}\"", refused('\u{10FFFE}', false, 1)),
+        ("{\"\u{FFFF}\":1}", refused('\u{FFFF}', true, 2)),
+        ("{\"ok\":\"\u{FFFF}\"}", refused('\u{FFFF}', false, 7)),
+        ("{\"a\":1,\"b\u{EFFFE}\":2}", refused('\u{EFFFE}', true, 9)),
+        (r#""\uFFFE""#, refused('\u{FFFE}', false, 1)),
+        (r#""ab\ufdd0""#, refused('\u{FDD0}', false, 3)),
+        (r#""\n\uFDEF""#, refused('\u{FDEF}', false, 3)),
+        (r#""\uD83F\uDFFF""#, refused('\u{1FFFF}', false, 1)),
+        (r#""\ud83f\udffe""#, refused('\u{1FFFE}', false, 1)),
+        (r#""\uDBFF\uDFFF""#, refused('\u{10FFFF}', false, 1)),
+        (r#"{"\uDBBF\uDFFE":1}"#, refused('\u{FFFFE}', true, 2)),
+        (r#"[{"x":[{"\uFFFF":null}]}]"#, refused('\u{FFFF}', true, 9)),
+    ];
+    for (input, expected) in cases {
+        let got = canon_str(input);
+        assert_eq!(got.as_ref(), Err(expected), "input {input:?}");
+        let message = got.unwrap_err().to_string();
+        let Error::Noncharacter { code_point, in_member_name, offset } = expected else { unreachable!() };
+        let place = if *in_member_name { "an object member name" } else { "a string" };
+        let named = format!("Unicode noncharacter U+{:04X} in {place} at byte {offset}", u32::from(*code_point));
+        assert!(message.starts_with(&named), "{message}");
+    }
+    // Every one of them, in each place and each spelling.
+    for code_point in (char::MIN..=char::MAX).filter(|&c| is_noncharacter(c)) {
+        let mut units = [0u16; 2];
+        let escaped: String = code_point.encode_utf16(&mut units).iter().map(|u| format!("\\u{u:04x}")).collect();
+        for spelled in [code_point.to_string(), escaped] {
+            assert_eq!(canon_str(&format!("[\"{spelled}\"]")), Err(refused(code_point, false, 2)), "{spelled}");
+            assert_eq!(canon_str(&format!("{{\"{spelled}\":0}}")), Err(refused(code_point, true, 2)), "{spelled}");
+        }
+        let value = serde_json::json!({ "a": ["x", format!("y{code_point}")] });
+        assert_eq!(to_vec(&value), Err(refused(code_point, false, 12)), "{code_point:?}");
+        let value = serde_json::json!({ "a": { format!("y{code_point}"): 0 } });
+        assert_eq!(to_vec(&value), Err(refused(code_point, true, 8)), "{code_point:?}");
+    }
+    // Their neighbours, as they are and escaped.
+    let accepted: &[(&str, &str)] = &[
+        (
+            "\"\u{FDCF}\u{FDF0}\u{FFFD}\u{FEFF}\u{1FFFD}\u{10000}\u{10FFFD}\"",
+            "\"\u{FDCF}\u{FDF0}\u{FFFD}\u{FEFF}\u{1FFFD}\u{10000}\u{10FFFD}\"",
+        ),
+        (r#"["\uFDCF\uFDF0\uFFFD", "\uD83F\uDFFD"]"#, "[\"\u{FDCF}\u{FDF0}\u{FFFD}\",\"\u{1FFFD}\"]"),
+        (r#"{"\uFFFD":"\uEFFF"}"#, "{\"\u{FFFD}\":\"\u{EFFF}\"}"),
+    ];
+    for &(input, expected) in accepted {
+        assert_eq!(canon_str(input).as_deref(), Ok(expected), "input {input:?}");
+    }
+}
+
+/// A document built in code is held to the same rule, with the offset in the canonical output at which the
+/// noncharacter would be written (escapes before it counted as written), for a `serde_json::Value` and for a `Doc`.
+#[test]
+fn noncharacters_in_built_documents_are_refused() {
+    let refused = |code_point: char, in_member_name: bool, offset: usize| {
+        Err(Error::Noncharacter { code_point, in_member_name, offset })
+    };
+    let cases: Vec<(Value, Result<Vec<u8>, Error>)> = vec![
+        (serde_json::json!("\u{FFFF}"), refused('\u{FFFF}', false, 1)),
+        (serde_json::json!(["\n\"\u{FDD0}"]), refused('\u{FDD0}', false, 6)),
+        (serde_json::json!({"b": 1, "\u{10FFFF}": 2}), refused('\u{10FFFF}', true, 8)),
+        (serde_json::json!({"a": "\u{20ac} and \u{1F600} then \u{1FFFE}"}), refused('\u{1FFFE}', false, 24)),
+        (serde_json::json!({"a": format!("{}\u{FFFE}", "long ".repeat(10))}), refused('\u{FFFE}', false, 56)),
+        (serde_json::json!({"a": "\u{FFFD}\u{FEFF}\u{1FFFD}"}), Ok("{\"a\":\"\u{FFFD}\u{FEFF}\u{1FFFD}\"}".into())),
+    ];
+    for (value, expected) in cases {
+        assert_eq!(to_vec(&value), expected, "{value}");
+        assert_eq!(to_vec(&engine::doc::Doc::from(value.clone())), expected, "Doc {value}");
+        let mut out = Vec::new();
+        let without = engine::canonical::write_value_without(&value, &["z".to_string()], &mut out);
+        assert_eq!(without.map(|()| out), expected, "without {value}");
+    }
+}
+
+/// Values built in Rust (not parsed) follow the same number rule: integers that are neither exactly a double nor a
+/// double rounded to their own precision are rejected rather than rounded into another input's key.
 #[test]
 fn value_numbers() {
     let cases: &[(Value, Result<&str, &str>)] = &[
@@ -335,6 +513,10 @@ fn value_numbers() {
         (Value::from(1_152_921_504_606_847_000u64), Ok("1152921504606847000")),
         (Value::from(1_152_921_504_606_847_001u64), Err("1152921504606847001")),
         (Value::from(-1_152_921_504_606_847_000i64), Ok("-1152921504606847000")),
+        // 2^63 rounded to 17 digits (`%.17g`), and a neighbour a double would change.
+        (Value::from(9_223_372_036_854_775_800u64), Ok("9223372036854776000")),
+        (Value::from(-9_223_372_036_854_775_800i64), Ok("-9223372036854776000")),
+        (Value::from(9_223_372_036_854_775_900u64), Err("9223372036854775900")),
         (Value::from(u64::MAX), Err("18446744073709551615")),
         (Value::from(i64::MIN), Ok("-9223372036854776000")),
         (Value::from(i64::MIN + 1), Err("-9223372036854775807")),
@@ -484,15 +666,16 @@ struct Spelling {
     number_style: u8,
 }
 
-/// Characters that stress escaping and UTF-16 ordering, mixed with arbitrary ones.
+/// Characters that stress escaping and UTF-16 ordering, mixed with arbitrary ones; no noncharacter (refused, tested
+/// on their own), but their neighbours.
 fn char_strategy() -> impl Strategy<Value = char> {
     prop_oneof![
         3 => proptest::char::range('\0', '\u{7f}'),
         1 => proptest::sample::select(vec![
-            '\u{80}', '\u{e9}', '\u{2028}', '\u{d7ff}', '\u{e000}', '\u{fb33}', '\u{ffff}', '\u{10000}', '\u{1f600}',
-            '\u{10ffff}', '"', '\\', '/',
+            '\u{80}', '\u{e9}', '\u{2028}', '\u{d7ff}', '\u{e000}', '\u{fb33}', '\u{fdcf}', '\u{fdf0}', '\u{fffd}',
+            '\u{10000}', '\u{1f600}', '\u{1fffd}', '\u{10fffd}', '"', '\\', '/',
         ]),
-        1 => any::<char>(),
+        1 => any::<char>().prop_map(|c| if is_noncharacter(c) { '\u{fffd}' } else { c }),
     ]
 }
 
