@@ -396,57 +396,40 @@ static ESCAPE: [u8; 256] = {
     table
 };
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// The top bit set of each byte of `word` that is below 0x20, `"` or `\\`, and perhaps of bytes after such a byte (the
-/// SWAR zero-byte test's borrow): not zero exactly when `word` holds such a byte, which is all that is asked of it; the
-/// byte loop then finds which. One mask, tested once, so that adding a test to it costs no branch.
-#[inline(always)]
-fn escape_bits(word: u64) -> u64 {
-    let zero_bits = |v: u64| v.wrapping_sub(ONES) & !v;
-    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
-    (below_space | zero_bits(word ^ (ONES * u64::from(b'"'))) | zero_bits(word ^ (ONES * u64::from(b'\\')))) & HIGHS
-}
-
-/// Whether any byte of `word` is below 0x20, `"` or `\\`.
-#[cfg(test)]
+/// Whether any byte of `word` is below 0x20, `"` or `\\` (the SWAR zero-byte test: exact for "any", which is all
+/// this answers; the byte loop then finds which).
 fn needs_escape(word: u64) -> bool {
-    escape_bits(word) != 0
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS != 0;
+    below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
-/// The top bit set of each byte of `word` that is 0xEF or above: the lead byte of every noncharacter's UTF-8 (`EF` for
-/// U+FDD0..U+FDEF, U+FFFE and U+FFFF, `F0..F4` for the supplementary planes' ones), so a string without such a byte
-/// holds none. Exact for each byte: `(b & 0x7F) + 0x11` reaches 0x80 exactly when `b & 0x7F` is at least 0x6F, and
-/// never carries into the next byte; the `& word` keeps bytes whose own top bit is set.
-#[inline(always)]
-fn noncharacter_lead_bits(word: u64) -> u64 {
-    (word & !HIGHS).wrapping_add(ONES * 0x11) & word & HIGHS
+/// Whether any byte of `word` is 0xEF or above: the lead byte of every noncharacter's UTF-8 (`EF` for U+FDD0..U+FDEF,
+/// U+FFFE and U+FFFF, `F0..F4` for the supplementary planes' ones), so a string without such a byte holds none. Exact
+/// for each byte: `(b & 0x7F) + 0x11` reaches 0x80 exactly when `b & 0x7F` is at least 0x6F, and never carries into
+/// the next byte; the `& word` keeps bytes whose own top bit is set.
+fn may_hold_noncharacter(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    (word & !HIGHS).wrapping_add(ONES * 0x11) & word & HIGHS != 0
 }
 
-/// Whether `word` sends a string to the byte loop: a byte of it needs an escape or, when checking for noncharacters
-/// (`CHECK`), may start one.
-#[inline(always)]
-fn needs_a_look<const CHECK: bool>(word: u64) -> bool {
-    let lead_bits = if CHECK { noncharacter_lead_bits(word) } else { 0 };
-    (escape_bits(word) | lead_bits) != 0
-}
-
-/// Whether [`needs_a_look`] holds for any of the words that together cover `bytes`: eight bytes at a time. The bytes
-/// after the last whole word are looked at again with the words that overlap them (an "any" question may look at a
-/// byte twice), so no string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string,
-/// and most strings written are member names shorter than a word. A short string is packed into one word padded with
-/// spaces, which need no look.
-#[inline(always)]
-fn any_word_needs_a_look<const CHECK: bool>(bytes: &[u8]) -> bool {
+/// Whether `test` holds for any of the words that together cover `bytes`: eight bytes at a time. The bytes after the
+/// last whole word are looked at again with the words that overlap them (an "any" question may look at a byte twice),
+/// so no string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most
+/// strings written are member names shorter than a word. Short strings are packed into one word padded with spaces,
+/// which neither test below matches.
+fn any_word(bytes: &[u8], test: impl Fn(u64) -> bool) -> bool {
     let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().expect("8 bytes"));
     let n = bytes.len();
     if n >= 8 {
         let mut chunks = bytes.chunks_exact(8);
-        if chunks.by_ref().any(|chunk| needs_a_look::<CHECK>(word(chunk))) {
+        if chunks.by_ref().any(|chunk| test(word(chunk))) {
             return true;
         }
-        return !chunks.remainder().is_empty() && needs_a_look::<CHECK>(word(&bytes[n - 8..]));
+        return !chunks.remainder().is_empty() && test(word(&bytes[n - 8..]));
     }
     let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
     let packed = if n >= 4 {
@@ -458,13 +441,13 @@ fn any_word_needs_a_look<const CHECK: bool>(bytes: &[u8]) -> bool {
     } else {
         return false;
     };
-    needs_a_look::<CHECK>(packed)
+    test(packed)
 }
 
 /// Whether any byte of `bytes` is below 0x20, `"` or `\\`.
 #[cfg(test)]
 fn any_needs_escape(bytes: &[u8]) -> bool {
-    any_word_needs_a_look::<false>(bytes)
+    any_word(bytes, needs_escape)
 }
 
 /// Whether `c` is a Unicode noncharacter: U+FDD0..=U+FDEF, or one of the last two code points of a plane (its low 16
@@ -472,19 +455,6 @@ fn any_needs_escape(bytes: &[u8]) -> bool {
 pub fn is_noncharacter(c: char) -> bool {
     let c = u32::from(c);
     (0xFDD0..=0xFDEF).contains(&c) || c & 0xFFFE == 0xFFFE
-}
-
-/// The noncharacter whose UTF-8 starts at byte `i` of `s`, if one does, read from the bytes: `EF B7 90..AF`
-/// (U+FDD0..U+FDEF), `EF BF BE`/`BF` (U+FFFE, U+FFFF), or four bytes whose second ends in `F` (`8F`, `9F`, `AF` or
-/// `BF`, as the last 4096 code points of a plane do) and whose last two are `BF BE`/`BF`. Every noncharacter's first
-/// byte is 0xEF or above, the one place the callers look.
-fn noncharacter_at(s: &str, i: usize) -> Option<char> {
-    let is_one = match s.as_bytes()[i..] {
-        [0xEF, 0xB7, 0x90..=0xAF, ..] | [0xEF, 0xBF, 0xBE | 0xBF, ..] => true,
-        [0xF0..=0xF4, second, 0xBF, 0xBE | 0xBF, ..] => second & 0x0F == 0x0F,
-        _ => false,
-    };
-    if is_one { s[i..].chars().next() } else { None }
 }
 
 /// A noncharacter found while writing a string: the character, and the offset in the output at which it would have
@@ -517,55 +487,37 @@ fn write_parsed_string(s: &str, out: &mut Vec<u8>) {
 #[inline(always)]
 fn write_string_checking<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
     let bytes = s.as_bytes();
+    // What sends a word to the byte loop: a byte that needs an escape, or (checking) one that may lead a noncharacter.
+    let look = |word: u64| needs_escape(word) || (CHECK && may_hold_noncharacter(word));
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     // Almost every string needs no escape and holds no byte 0xEF or above: one scan, one copy. The loop below finds
     // the bytes that do.
-    if !any_word_needs_a_look::<CHECK>(bytes) {
+    if !any_word(bytes, look) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return Ok(());
     }
-    write_string_body::<CHECK>(s, out)
-}
-
-/// The rest of [`write_string_checking`] for a string that needs a look, after its opening quote: out of line, so
-/// that the fast path stays small where it is inlined.
-#[inline(never)]
-fn write_string_body<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
-    let bytes = s.as_bytes();
     let mut run_start = 0;
     let mut i = 0;
-    // Bounded by the string's length: every iteration advances `i`, to the end of a word or by 1.
+    // Bounded by the string's length: every iteration advances `i` by 8 or by 1.
     while i < bytes.len() {
-        // Skip a word at a time while none of its bytes is a control, `"` or `\`, looking (when checking) only at
-        // those that may start a noncharacter, so that text with such bytes (emoji, full-width forms) stays a word at
-        // a time. Near the end, the word is the string's last, whose bytes before `i` have been looked at already.
-        let word_at = if i + 8 <= bytes.len() { Some(i) } else { bytes.len().checked_sub(8) };
-        if let Some(at) = word_at {
-            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("an 8-byte slice"));
-            if escape_bits(word) == 0 {
-                let mut leads = if CHECK { noncharacter_lead_bits(word) & (!0 << (8 * (i - at))) } else { 0 };
-                // Bounded by the 8 bits a word can have set: each iteration clears one.
-                while leads != 0 {
-                    let lead = at + leads.trailing_zeros() as usize / 8;
-                    if let Some(c) = noncharacter_at(s, lead) {
-                        // `out` holds the string up to `run_start`; the bytes from there on are copied as they are.
-                        return Err(Noncharacter { code_point: c, offset: out.len() + (lead - run_start) });
-                    }
-                    leads &= leads - 1;
-                }
-                i = at + 8;
+        // Skip 8 bytes at a time while none of them is a control, `"`, `\` or (checking) 0xEF or above.
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
+            if !look(word) {
+                i += 8;
                 continue;
             }
         }
         let b = bytes[i];
-        if CHECK
-            && b >= 0xEF
-            && let Some(c) = noncharacter_at(s, i)
-        {
-            // `out` holds the string up to `run_start`; the bytes from there to `i` would be copied as they are.
-            return Err(Noncharacter { code_point: c, offset: out.len() + (i - run_start) });
+        if CHECK && b >= 0xEF {
+            // A lead byte (continuation bytes are below 0xC0), so `i` is a character boundary.
+            let c = s[i..].chars().next().expect("a lead byte starts a character");
+            if is_noncharacter(c) {
+                // `out` holds the string up to `run_start`; the bytes from there to `i` would be copied as they are.
+                return Err(Noncharacter { code_point: c, offset: out.len() + (i - run_start) });
+            }
         }
         i += 1;
         let escape = ESCAPE[usize::from(b)];
@@ -901,7 +853,8 @@ impl<'a> Parser<'a> {
                 0x00..=0x1f => return Err(self.syntax("unescaped control character in a string")),
                 // The lead bytes of every noncharacter's UTF-8 (the input is valid UTF-8, so one starts a character).
                 0xEF..=0xF4 => {
-                    if let Some(c) = noncharacter_at(self.text, self.pos) {
+                    let c = self.text[self.pos..].chars().next().expect("a lead byte starts a character");
+                    if is_noncharacter(c) {
                         return Err(Error::Noncharacter { code_point: c, in_member_name, offset: self.pos });
                     }
                     self.pos += 1;
@@ -1207,79 +1160,43 @@ mod tests {
     }
 
     #[test]
-    fn noncharacter_lead_bits_find_every_byte_from_0xef() {
+    fn may_hold_noncharacter_finds_every_byte_from_0xef() {
         for fill in [b'a', 0x80, 0xbf, 0xee, b' '] {
             for b in 0..=255u8 {
                 for position in 0..8 {
                     let mut word = [fill; 8];
                     word[position] = b;
-                    let found = noncharacter_lead_bits(u64::from_le_bytes(word)) != 0;
-                    assert_eq!(found, b >= 0xef, "byte {b:#04x} at {position}");
+                    assert_eq!(
+                        may_hold_noncharacter(u64::from_le_bytes(word)),
+                        b >= 0xef,
+                        "byte {b:#04x} at {position}"
+                    );
                 }
             }
         }
         for len in 0..=20 {
-            assert!(!any_word_needs_a_look::<true>(&vec![0xee; len]), "length {len}");
+            assert!(!any_word(&vec![0xee; len], may_hold_noncharacter), "length {len}");
             for position in 0..len {
                 for b in [0xef, 0xf0, 0xf4, 0xff] {
                     let mut bytes = vec![0xee; len];
                     bytes[position] = b;
-                    assert!(any_word_needs_a_look::<true>(&bytes), "byte {b:#04x} at {position} of {len}");
+                    assert!(any_word(&bytes, may_hold_noncharacter), "byte {b:#04x} at {position} of {len}");
                 }
             }
         }
     }
 
-    /// The 66 noncharacters; each one's UTF-8 starts with a byte the fast path stops at, and the byte patterns
-    /// [`noncharacter_at`] reads find exactly them, at the start of every character and after another one.
+    /// The 66 noncharacters, and that each one's UTF-8 starts with a byte the fast path stops at.
     #[test]
-    fn noncharacters_are_the_66_and_their_utf8_patterns_find_them() {
+    fn noncharacters_are_the_66_and_all_lead_with_0xef_or_above() {
         let all: Vec<char> = (char::MIN..=char::MAX).filter(|&c| is_noncharacter(c)).collect();
         assert_eq!(all.len(), 66);
         assert_eq!(all[..3], ['\u{FDD0}', '\u{FDD1}', '\u{FDD2}']);
         assert_eq!(all[31..35], ['\u{FDEF}', '\u{FFFE}', '\u{FFFF}', '\u{1FFFE}']);
         assert_eq!(all[64..], ['\u{10FFFE}', '\u{10FFFF}']);
-        for c in char::MIN..=char::MAX {
-            let alone = c.to_string();
-            let expected = is_noncharacter(c).then_some(c);
-            if alone.as_bytes()[0] >= 0xef {
-                assert_eq!(noncharacter_at(&alone, 0), expected, "{c:?}");
-                assert_eq!(noncharacter_at(&format!("\u{FFFD}{c}x"), 3), expected, "{c:?}");
-            } else {
-                assert_eq!(expected, None, "{c:?}");
-            }
-        }
-    }
-
-    /// The checking writer finds a noncharacter wherever it is (in a whole word, in the string's overlapping last
-    /// word, in the byte loop after an escape) and names the offset it would have been written at; without one it
-    /// writes what the unchecked writer writes.
-    #[test]
-    fn write_string_finds_a_noncharacter_wherever_it_is() {
-        let fillers = ['a', '"', '\n', '\u{e9}', '\u{1F600}', '\u{FF21}', '\u{FFFD}', '\u{FDCF}', 'b'];
-        for seed in 0..fillers.len() {
-            let text = |count: usize, from: usize| -> String {
-                (from..from + count).map(|k| fillers[(k * 5 + seed) % fillers.len()]).collect()
-            };
-            for len in 0..24 {
-                for position in 0..=len {
-                    let (before, after) = (text(position, 0), text(len - position, position));
-                    let mut unchecked = b"[1,".to_vec();
-                    write_parsed_string(&format!("{before}\u{FFFD}{after}"), &mut unchecked);
-                    let mut checked = b"[1,".to_vec();
-                    assert!(write_string(&format!("{before}\u{FFFD}{after}"), &mut checked).is_ok());
-                    assert_eq!(checked, unchecked, "{before:?} {after:?}");
-                    let mut written_before = b"[1,".to_vec();
-                    write_parsed_string(&before, &mut written_before);
-                    for c in ['\u{FDD0}', '\u{FFFF}', '\u{10FFFE}'] {
-                        let mut out = b"[1,".to_vec();
-                        let Err(found) = write_string(&format!("{before}{c}{after}"), &mut out) else {
-                            panic!("{c:?} after {before:?} not found");
-                        };
-                        assert_eq!((found.code_point, found.offset), (c, written_before.len() - 1), "{before:?}");
-                    }
-                }
-            }
+        for c in all {
+            let mut utf8 = [0; 4];
+            assert!(c.encode_utf8(&mut utf8).as_bytes()[0] >= 0xef, "{c:?}");
         }
     }
 
