@@ -2,12 +2,10 @@
 //!
 //! Contract (other crates build on these signatures):
 //! - [`canonicalize_bytes`] parses JSON text strictly and returns its canonical bytes, rejecting what cannot be
-//!   canonicalised (duplicate object keys, lone surrogates, numbers no IEEE-754 double holds (see "Numbers"), Unicode
-//!   noncharacters (see "Strings"), invalid UTF-8, nesting deeper than [`DEPTH_MAX`]) with a specific [`Error`] that
-//!   names the problem and its byte offset.
+//!   canonicalised (duplicate object keys, lone surrogates, numbers no IEEE-754 double holds (see "Numbers"), invalid
+//!   UTF-8, nesting deeper than [`DEPTH_MAX`]) with a specific [`Error`] that names the problem and its byte offset.
 //! - [`write_value`] canonicalises an already parsed document: a `serde_json::Value` (whatever serde_json's
-//!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]), rejecting the same numbers and
-//!   noncharacters.
+//!   `preserve_order`) or the engine's [`crate::doc::Doc`] (see [`Tree`]).
 //!
 //! The canonical form (RFC 8785 section 3.2):
 //! - no whitespace between tokens;
@@ -47,13 +45,6 @@
 //! its text (serde_json reads `9007199254740993.0` as the double `...992`), so text is held to this rule only by
 //! [`canonicalize_bytes`].
 //!
-//! Strings: RFC 8785 requires I-JSON (RFC 7493), which forbids Unicode noncharacters ([`is_noncharacter`]:
-//! U+FDD0..U+FDEF and every code point whose low 16 bits are `FFFE` or `FFFF`) in strings and member names. One is
-//! rejected with [`Error::Noncharacter`], naming it, whether it is in a string or a member name, and where: in JSON
-//! text written as it is or as a `\u` escape (`\uFFFE`, or a surrogate pair such as `\uD83F\uDFFF` for U+1FFFF), and
-//! in a document built in code. Every noncharacter's UTF-8 starts with a byte of 0xEF or above, so a string without
-//! one (all of ASCII and most scripts) is written after the one scan that finds it needs no escape either.
-//!
 //! Depth: an array or object opens one level; a document whose nesting exceeds [`DEPTH_MAX`] levels is rejected with
 //! [`Error::TooDeep`] (the parser recurses once per level, so this bound also bounds its stack use).
 
@@ -63,8 +54,7 @@ use std::cmp::Ordering;
 pub const DEPTH_MAX: usize = 128;
 
 /// Why a document cannot be canonicalised. Offsets are byte offsets into the input text; for [`write_value`], which
-/// has no input text, they are the byte offsets in the canonical output at which the offending value (for a
-/// noncharacter, the character) would start.
+/// has no input text, they are the byte offsets in the canonical output at which the offending value would start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     Syntax {
@@ -90,14 +80,6 @@ pub enum Error {
     },
     TooDeep {
         depth_max: usize,
-        offset: usize,
-    },
-    /// A Unicode noncharacter ([`is_noncharacter`]) in a string or, if `in_member_name`, in an object member name:
-    /// I-JSON (RFC 7493), which RFC 8785 requires, forbids them. `offset` is where the character, or the `\u` escape
-    /// that writes it (the first of a surrogate pair), starts.
-    Noncharacter {
-        code_point: char,
-        in_member_name: bool,
         offset: usize,
     },
 }
@@ -128,15 +110,6 @@ impl std::fmt::Display for Error {
             }
             Error::TooDeep { depth_max, offset } => {
                 write!(f, "nesting deeper than {depth_max} levels at byte {offset}")
-            }
-            Error::Noncharacter { code_point, in_member_name, offset } => {
-                let place = if *in_member_name { "an object member name" } else { "a string" };
-                write!(
-                    f,
-                    "Unicode noncharacter U+{:04X} in {place} at byte {offset}: I-JSON (RFC 7493), which RFC 8785 \
-                     requires, forbids noncharacters",
-                    u32::from(*code_point)
-                )
             }
         }
     }
@@ -323,7 +296,7 @@ fn write_without_at<T: Tree, P: AsRef<str>>(
                 out.push(b',');
             }
             written += 1;
-            write_string(name, out).map_err(|n| n.error(true))?;
+            write_string(name, out);
             out.push(b':');
             write_without_at(item, &deeper, out, depth + 1)
         })
@@ -406,30 +379,19 @@ fn needs_escape(word: u64) -> bool {
     below_space || has_zero(word ^ (ONES * u64::from(b'"'))) || has_zero(word ^ (ONES * u64::from(b'\\')))
 }
 
-/// Whether any byte of `word` is 0xEF or above: the lead byte of every noncharacter's UTF-8 (`EF` for U+FDD0..U+FDEF,
-/// U+FFFE and U+FFFF, `F0..F4` for the supplementary planes' ones), so a string without such a byte holds none. Exact
-/// for each byte: `(b & 0x7F) + 0x11` reaches 0x80 exactly when `b & 0x7F` is at least 0x6F, and never carries into
-/// the next byte; the `& word` keeps bytes whose own top bit is set.
-fn may_hold_noncharacter(word: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    (word & !HIGHS).wrapping_add(ONES * 0x11) & word & HIGHS != 0
-}
-
-/// Whether `test` holds for any of the words that together cover `bytes`: eight bytes at a time. The bytes after the
-/// last whole word are looked at again with the words that overlap them (an "any" question may look at a byte twice),
-/// so no string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most
-/// strings written are member names shorter than a word. Short strings are packed into one word padded with spaces,
-/// which neither test below matches.
-fn any_word(bytes: &[u8], test: impl Fn(u64) -> bool) -> bool {
+/// Whether any byte of `bytes` is below 0x20, `"` or `\\`: eight bytes at a time. The bytes after the last whole
+/// word are looked at again with the words that overlap them (an "any" question may look at a byte twice), so no
+/// string is copied to pad it: a padded copy of the last few bytes was a `memcpy` call per string, and most strings
+/// written are member names shorter than a word.
+fn any_needs_escape(bytes: &[u8]) -> bool {
     let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().expect("8 bytes"));
     let n = bytes.len();
     if n >= 8 {
         let mut chunks = bytes.chunks_exact(8);
-        if chunks.by_ref().any(|chunk| test(word(chunk))) {
+        if chunks.by_ref().any(|chunk| needs_escape(word(chunk))) {
             return true;
         }
-        return !chunks.remainder().is_empty() && test(word(&bytes[n - 8..]));
+        return !chunks.remainder().is_empty() && needs_escape(word(&bytes[n - 8..]));
     }
     let half = |at: usize| u64::from(u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
     let packed = if n >= 4 {
@@ -441,84 +403,33 @@ fn any_word(bytes: &[u8], test: impl Fn(u64) -> bool) -> bool {
     } else {
         return false;
     };
-    test(packed)
+    needs_escape(packed)
 }
 
-/// Whether any byte of `bytes` is below 0x20, `"` or `\\`.
-#[cfg(test)]
-fn any_needs_escape(bytes: &[u8]) -> bool {
-    any_word(bytes, needs_escape)
-}
-
-/// Whether `c` is a Unicode noncharacter: U+FDD0..=U+FDEF, or one of the last two code points of a plane (its low 16
-/// bits `FFFE` or `FFFF`). I-JSON (RFC 7493), which RFC 8785 requires, forbids them in strings and member names.
-pub fn is_noncharacter(c: char) -> bool {
-    let c = u32::from(c);
-    (0xFDD0..=0xFDEF).contains(&c) || c & 0xFFFE == 0xFFFE
-}
-
-/// A noncharacter found while writing a string: the character, and the offset in the output at which it would have
-/// been written.
-struct Noncharacter {
-    code_point: char,
-    offset: usize,
-}
-
-impl Noncharacter {
-    fn error(self, in_member_name: bool) -> Error {
-        Error::Noncharacter { code_point: self.code_point, in_member_name, offset: self.offset }
-    }
-}
-
-/// Appends `s` as a canonical JSON string literal, or fails at its first noncharacter (`out` then holds part of it).
-fn write_string(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
-    write_string_checking::<true>(s, out)
-}
-
-/// Appends `s`, which the parser has already checked for noncharacters, as a canonical JSON string literal.
-fn write_parsed_string(s: &str, out: &mut Vec<u8>) {
-    // Without the check this cannot fail; it is left out so that the parser's strings take the fast path whatever
-    // characters they hold.
-    let written = write_string_checking::<false>(s, out);
-    debug_assert!(written.is_ok());
-}
-
-/// Appends `s` as a canonical JSON string literal; with `CHECK`, fails at its first noncharacter.
-#[inline(always)]
-fn write_string_checking<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Result<(), Noncharacter> {
+/// Appends `s` as a canonical JSON string literal.
+fn write_string(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
-    // What sends a word to the byte loop: a byte that needs an escape, or (checking) one that may lead a noncharacter.
-    let look = |word: u64| needs_escape(word) || (CHECK && may_hold_noncharacter(word));
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // Almost every string needs no escape and holds no byte 0xEF or above: one scan, one copy. The loop below finds
-    // the bytes that do.
-    if !any_word(bytes, look) {
+    // Almost every string needs no escape: one scan, one copy. The loop below finds the bytes that do.
+    if !any_needs_escape(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
-        return Ok(());
+        return;
     }
     let mut run_start = 0;
     let mut i = 0;
     // Bounded by the string's length: every iteration advances `i` by 8 or by 1.
     while i < bytes.len() {
-        // Skip 8 bytes at a time while none of them is a control, `"`, `\` or (checking) 0xEF or above.
+        // Most strings need no escape: skip 8 bytes at a time while none of them is a control, `"` or `\`.
         if let Some(chunk) = bytes.get(i..i + 8) {
             let word = u64::from_le_bytes(chunk.try_into().expect("an 8-byte slice"));
-            if !look(word) {
+            if !needs_escape(word) {
                 i += 8;
                 continue;
             }
         }
         let b = bytes[i];
-        if CHECK && b >= 0xEF {
-            // A lead byte (continuation bytes are below 0xC0), so `i` is a character boundary.
-            let c = s[i..].chars().next().expect("a lead byte starts a character");
-            if is_noncharacter(c) {
-                // `out` holds the string up to `run_start`; the bytes from there to `i` would be copied as they are.
-                return Err(Noncharacter { code_point: c, offset: out.len() + (i - run_start) });
-            }
-        }
         i += 1;
         let escape = ESCAPE[usize::from(b)];
         if escape == 0 {
@@ -536,7 +447,6 @@ fn write_string_checking<const CHECK: bool>(s: &str, out: &mut Vec<u8>) -> Resul
     }
     out.extend_from_slice(&bytes[run_start..]);
     out.push(b'"');
-    Ok(())
 }
 
 fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) -> Result<(), Error> {
@@ -585,7 +495,7 @@ fn write_value_at<T: Tree>(value: &T, out: &mut Vec<u8>, depth: usize) -> Result
         Node::Bool(true) => out.extend_from_slice(b"true"),
         Node::Bool(false) => out.extend_from_slice(b"false"),
         Node::Number(n) => write_number(n, out)?,
-        Node::String(s) => write_string(s, out).map_err(|n| n.error(false))?,
+        Node::String(s) => write_string(s, out),
         Node::Array(items) => {
             if depth >= DEPTH_MAX {
                 return Err(Error::TooDeep { depth_max: DEPTH_MAX, offset: out.len() });
@@ -611,7 +521,7 @@ fn write_value_at<T: Tree>(value: &T, out: &mut Vec<u8>, depth: usize) -> Result
                         out.push(b',');
                     }
                     written += 1;
-                    write_string(name, out).map_err(|n| n.error(true))?;
+                    write_string(name, out);
                     out.push(b':');
                     write_value_at(item, out, depth + 1)
                 })
@@ -703,8 +613,8 @@ impl<'a> Parser<'a> {
             Some(b't') => self.expect_literal(b"true", out),
             Some(b'f') => self.expect_literal(b"false", out),
             Some(b'"') => {
-                let s = self.string(false)?;
-                write_parsed_string(&s, out);
+                let s = self.string()?;
+                write_string(&s, out);
                 Ok(())
             }
             Some(b'-' | b'0'..=b'9') => self.number(out),
@@ -771,7 +681,7 @@ impl<'a> Parser<'a> {
                 return Err(self.syntax("expected a string as an object member name"));
             }
             let name_offset = self.pos;
-            let name = self.string(true)?;
+            let name = self.string()?;
             self.skip_whitespace();
             if self.peek() != Some(b':') {
                 return Err(self.syntax("expected ':' after an object member name"));
@@ -782,7 +692,7 @@ impl<'a> Parser<'a> {
                 out.push(b',');
             }
             let start = out.len();
-            write_parsed_string(&name, out);
+            write_string(&name, out);
             out.push(b':');
             self.value(out, depth + 1)?;
             members.push(Member { name, name_offset, start, end: out.len() });
@@ -821,10 +731,9 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// Parses a string literal at `self.pos` (an opening quote), a member name if `in_member_name`, and returns its
-    /// value: borrowed from the input when it holds no escape, as almost every string does. Refuses a noncharacter,
-    /// written as it is or escaped.
-    fn string(&mut self, in_member_name: bool) -> Result<std::borrow::Cow<'a, str>, Error> {
+    /// Parses a string literal at `self.pos` (an opening quote) and returns its value: borrowed from the input when
+    /// it holds no escape, as almost every string does.
+    fn string(&mut self) -> Result<std::borrow::Cow<'a, str>, Error> {
         self.pos += 1;
         let mut value = String::new();
         let mut escaped = false;
@@ -847,25 +756,17 @@ impl<'a> Parser<'a> {
                 b'\\' => {
                     escaped = true;
                     value.push_str(&self.text[run_start..self.pos]);
-                    self.escape(&mut value, in_member_name)?;
+                    self.escape(&mut value)?;
                     run_start = self.pos;
                 }
                 0x00..=0x1f => return Err(self.syntax("unescaped control character in a string")),
-                // The lead bytes of every noncharacter's UTF-8 (the input is valid UTF-8, so one starts a character).
-                0xEF..=0xF4 => {
-                    let c = self.text[self.pos..].chars().next().expect("a lead byte starts a character");
-                    if is_noncharacter(c) {
-                        return Err(Error::Noncharacter { code_point: c, in_member_name, offset: self.pos });
-                    }
-                    self.pos += 1;
-                }
                 _ => self.pos += 1,
             }
         }
     }
 
-    /// Decodes the escape at `self.pos` (a backslash) onto `value`, in a member name if `in_member_name`.
-    fn escape(&mut self, value: &mut String, in_member_name: bool) -> Result<(), Error> {
+    /// Decodes the escape at `self.pos` (a backslash) onto `value`.
+    fn escape(&mut self, value: &mut String) -> Result<(), Error> {
         let escape_offset = self.pos;
         let simple = match self.bytes.get(self.pos + 1) {
             Some(b'"') => '"',
@@ -895,9 +796,6 @@ impl<'a> Parser<'a> {
                     _ => high,
                 };
                 let c = char::from_u32(code).expect("a non-surrogate code point below 0x110000 is a char");
-                if is_noncharacter(c) {
-                    return Err(Error::Noncharacter { code_point: c, in_member_name, offset: escape_offset });
-                }
                 value.push(c);
                 return Ok(());
             }
@@ -1156,47 +1054,6 @@ mod tests {
                     assert_eq!(needs_escape(u64::from_le_bytes(word)), expected, "byte {b:#04x} at {position}");
                 }
             }
-        }
-    }
-
-    #[test]
-    fn may_hold_noncharacter_finds_every_byte_from_0xef() {
-        for fill in [b'a', 0x80, 0xbf, 0xee, b' '] {
-            for b in 0..=255u8 {
-                for position in 0..8 {
-                    let mut word = [fill; 8];
-                    word[position] = b;
-                    assert_eq!(
-                        may_hold_noncharacter(u64::from_le_bytes(word)),
-                        b >= 0xef,
-                        "byte {b:#04x} at {position}"
-                    );
-                }
-            }
-        }
-        for len in 0..=20 {
-            assert!(!any_word(&vec![0xee; len], may_hold_noncharacter), "length {len}");
-            for position in 0..len {
-                for b in [0xef, 0xf0, 0xf4, 0xff] {
-                    let mut bytes = vec![0xee; len];
-                    bytes[position] = b;
-                    assert!(any_word(&bytes, may_hold_noncharacter), "byte {b:#04x} at {position} of {len}");
-                }
-            }
-        }
-    }
-
-    /// The 66 noncharacters, and that each one's UTF-8 starts with a byte the fast path stops at.
-    #[test]
-    fn noncharacters_are_the_66_and_all_lead_with_0xef_or_above() {
-        let all: Vec<char> = (char::MIN..=char::MAX).filter(|&c| is_noncharacter(c)).collect();
-        assert_eq!(all.len(), 66);
-        assert_eq!(all[..3], ['\u{FDD0}', '\u{FDD1}', '\u{FDD2}']);
-        assert_eq!(all[31..35], ['\u{FDEF}', '\u{FFFE}', '\u{FFFF}', '\u{1FFFE}']);
-        assert_eq!(all[64..], ['\u{10FFFE}', '\u{10FFFF}']);
-        for c in all {
-            let mut utf8 = [0; 4];
-            assert!(c.encode_utf8(&mut utf8).as_bytes()[0] >= 0xef, "{c:?}");
         }
     }
 
