@@ -156,6 +156,9 @@ pub enum Error {
     },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
+    /// The output a person's decision gives to mark a step done cannot be canonicalised (as a step's output must
+    /// be, to be stored and compared): the decision is refused, nothing written.
+    MarkDoneOutput(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
     Corrupt(String),
 }
@@ -183,6 +186,7 @@ impl std::fmt::Display for Error {
                 status.as_str()
             ),
             Error::Trigger(e) => write!(f, "the trigger cannot be canonicalised: {e}"),
+            Error::MarkDoneOutput(e) => write!(f, "the output to mark the step done with cannot be canonicalised: {e}"),
             Error::Corrupt(what) => write!(f, "the ledger holds an unreadable record: {what}"),
         }
     }
@@ -481,6 +485,11 @@ pub fn record_resolution(
     now_ms: u64,
 ) -> Result<RunStatus, Error> {
     let key = resolvable(ledger, run_id)?;
+    // A step's output is stored canonical: an output that cannot be would leave the run running with a decision no
+    // drive can apply.
+    if let Resolution::MarkDone { output } = resolution {
+        canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
+    }
     let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
     let at_ms = now_ms.max(last_attempt_ms + 1);
     let record =
@@ -930,7 +939,12 @@ impl Engine {
         // exist).
         let new_run = status == RunStatus::Pending;
         if new_run {
-            self.ledger.set_run_status(run_id, RunStatus::Running, None, self.clock.now_ms())?;
+            // Only while it is still pending under this count: a second dispatch of the run that read it pending and
+            // then stalled must not set running again a run another drive began, paused, and a person aborted
+            // meanwhile (every later claim would pass then).
+            if !self.ledger.finish_drive(run_id, replays, RunStatus::Running, None, self.clock.now_ms())? {
+                return Ok(Walked::Superseded);
+            }
             self.observer.event(&Event::RunStarted { run_id, workflow: &compiled.workflow.name });
         }
         let stored_trigger =
@@ -1118,6 +1132,14 @@ impl Engine {
         if let Some(recorded) = self.ledger.get_plan(&step_key)? {
             // A recorded plan is final: never ask the planner again.
             return self.run_plan(drive, step, step_key, &recorded, true, None).await;
+        }
+        // Asking the model is no effect, and a superseded drive would stop at its first write's claim anyway; but it
+        // costs a model call and records a plan for a run that is no longer this drive's (a person aborted it, a
+        // replay began): not asked then.
+        let mut walking = false;
+        self.ledger.inspect_run(run_id, &mut |run| walking = run.is_some_and(|run| run.walked_by(drive.replays)))?;
+        if !walking {
+            return Ok(End::Superseded);
         }
         let mut last_error = String::new();
         for attempt in 1..=self.config.plan_attempt_count_max.max(1) {
@@ -1320,7 +1342,7 @@ impl Engine {
                                 person_retry_at_ms = resolution.at_ms;
                             }
                             Resolution::MarkDone { output } => {
-                                let bytes = canonical::to_vec(&output).map_err(Error::Trigger)?;
+                                let bytes = canonical::to_vec(&output).map_err(Error::MarkDoneOutput)?;
                                 let fence = record.as_ref().map_or(0, |r| r.fence);
                                 match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
                                     Claimed::Granted { fence, .. } => {

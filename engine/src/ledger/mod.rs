@@ -495,7 +495,8 @@ pub trait Ledger: Send + Sync {
     /// [`RunRecord::replays`] is still `replays`, in one atomic step. Returns whether it wrote. A drive that started
     /// before a replay began walked the old trigger's keys: its end (a success, say, over the replay's pause) is not
     /// the run's. Nor is the end of a drive that stalled past its lease while another worker paused the run and a
-    /// person decided (an abort stands). Then nothing is written.
+    /// person decided (an abort stands). Then nothing is written. A run's first drive sets it `Running` this way too,
+    /// so a drive that read the run pending and stalled cannot reopen what another drive and a person ended meanwhile.
     fn finish_drive(
         &self,
         run_id: &str,
