@@ -331,6 +331,23 @@ async fn a_superseded_drive_does_not_ask_the_planner() {
     );
 }
 
+/// A drive's claim of `key` in run "r" at `expected_fence`, for a drive begun under `walk` replays.
+fn walk_claim(key: Key, expected_fence: u64, walk: u32) -> Claim<'static> {
+    Claim {
+        key,
+        run_id: "r",
+        step_id: "s",
+        action: "a.b",
+        inputs_hash: [0; 32],
+        worker: "w",
+        now_ms: 10,
+        lease_ms: 5,
+        expected_fence,
+        durable: false,
+        walk: Some(walk),
+    }
+}
+
 /// Ledger-level: the memory ledger and SQLite (uncached file, group commit on and off; cached :memory:) agree that
 /// a walk claim on a run a replay began since is superseded, also for a key already taken, and that nothing moves.
 #[test]
@@ -346,19 +363,7 @@ fn a_walk_claim_after_a_replay_is_superseded_in_every_ledger() {
     ledgers.push(("cached", Arc::new(SqliteLedger::open_in_memory(cached).unwrap())));
     for (name, l) in ledgers {
         l.create_run(run_record("r", RunStatus::Running, b"{}")).unwrap();
-        let claim = |k: u8, fence: u64, walk: u32| Claim {
-            key: Key([k; 32]),
-            run_id: "r",
-            step_id: "s",
-            action: "a.b",
-            inputs_hash: [0; 32],
-            worker: "w",
-            now_ms: 10,
-            lease_ms: 5,
-            expected_fence: fence,
-            durable: false,
-            walk: Some(walk),
-        };
+        let claim = |k: u8, fence: u64, walk: u32| walk_claim(Key([k; 32]), fence, walk);
         assert!(matches!(l.claim(&claim(1, 0, 0)).unwrap(), Claimed::Granted { .. }), "{name}");
         l.complete(&Key([1; 32]), 1, Completion::Succeeded { output: b"1".to_vec() }, 11).unwrap();
         assert!(l.finish_drive("r", 0, RunStatus::Succeeded, None, 12).unwrap(), "{name}");
@@ -407,19 +412,7 @@ fn walk_claims_race_a_pause_from_another_connection() {
                     }
                     let mut k = [0u8; 32];
                     k[..4].copy_from_slice(&i.to_le_bytes());
-                    let claim = Claim {
-                        key: Key(k),
-                        run_id: "r",
-                        step_id: "s",
-                        action: "a.b",
-                        inputs_hash: [0; 32],
-                        worker: "w",
-                        now_ms: 10,
-                        lease_ms: 5,
-                        expected_fence: 0,
-                        durable: false,
-                        walk: Some(0),
-                    };
+                    let claim = walk_claim(Key(k), 0, 0);
                     results.push((Key(k), after_pause, a.claim(&claim).unwrap()));
                 }
                 a.flush().unwrap();

@@ -39,6 +39,19 @@ fn stalling_worker(
     Arc::new(a)
 }
 
+/// Drives `run_id` with `worker` on a thread of its own (its stall blocks that thread, as a stalled process would
+/// block its own, while the test goes on); join it for the drive's result.
+fn drive_on_own_thread(
+    worker: &Arc<engine::executor::Engine>,
+    run_id: &'static str,
+) -> std::thread::JoinHandle<Result<RunStatus, engine::executor::Error>> {
+    let worker = worker.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(worker.drive(run_id))
+    })
+}
+
 /// A worker process that stalls (a GC pause, a frozen VM) right after its first call to `action` answered, before
 /// it records the outcome: the stall blocks the worker's thread for `stall`.
 struct StallAfterCall {
@@ -88,11 +101,7 @@ async fn stalled_drive_after_abort(
     let w =
         engine_on(clock.clone(), config("wW"), ledger.clone(), Recorder::new(), &connectors, &[], &[pay_then_notify()]);
     a.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
-    let a2 = a.clone();
-    let old = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(a2.drive("r1"))
-    });
+    let old = drive_on_own_thread(&a, "r1");
     // A's lease (1 s) has expired; A is stalled after the payout applied.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert_eq!(bank.effects().len(), 1, "A paid");
@@ -450,11 +459,7 @@ async fn a_stalled_drive_pause_under_the_old_trigger_is_lost_after_abort_and_rep
         let a = stalling_worker(&clock, &ledger, &connectors, wf.clone());
         let w = engine_on(clock.clone(), config("wW"), ledger.clone(), Recorder::new(), &connectors, &[], &[wf]);
         a.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
-        let a2 = a.clone();
-        let old = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(a2.drive("r1"))
-        });
+        let old = drive_on_own_thread(&a, "r1");
         tokio::time::sleep(Duration::from_millis(1_300)).await;
         assert_eq!(w.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)], "{name}");
         assert_eq!(w.resolve("r1", Resolution::Abort, "ann").await.unwrap(), RunStatus::Failed, "{name}");
