@@ -473,7 +473,9 @@ fn replays(path: &Path, run: &str) -> ExitCode {
         Ok(history) => history,
         Err(e) => return ledger_refusal(path, &e).fail(),
     };
-    let unrecorded: Vec<u32> = (1..=record.replays).filter(|n| !history.iter().any(|e| e.replay == *n)).collect();
+    // The history comes sorted by replay number (`Ledger::replay_history`).
+    let unrecorded: Vec<u32> =
+        (1..=record.replays).filter(|n| history.binary_search_by_key(n, |e| e.replay).is_err()).collect();
     if !unrecorded.is_empty() {
         let _ = writeln!(
             std::io::stderr(),
