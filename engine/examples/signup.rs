@@ -637,6 +637,7 @@ mod demo {
         let mut finished_here = matches!(first, Some(Ok(RunStatus::Succeeded)));
         let w2 = world.engine("w2", &path, Arc::new(Watch(replayed.clone())))?;
         for (run, status) in w2.resume_unfinished().await.map_err(|e| format!("w2: {e}"))? {
+            let status = status.map_err(|e| format!("w2: resuming {run}: {e}"))?;
             writeln!(out, "w2: resumed {run}: {}", status.as_str()).ok();
             finished_here |= run == RUN && status == RunStatus::Succeeded;
         }

@@ -17,6 +17,7 @@
 //! | failed, its lookup refused for good (nothing sent) | n/a | fail | n/a |
 //! | failed, key reused with another payload | pause | pause | pause |
 //! | unknown, its lookup refused for good | pause | pause | n/a |
+//! | unknown, the API's answer says applied but its output cannot be stored | pause | pause | pause |
 //! | unknown, or started with an expired lease (a crash) | inside retention (a resend must arrive inside it: [`RetryPolicy::request_transit_ms_max`]): back off, resend; past it: lookup if the action has one, else pause | wait out the lag bound since that attempt's call ended (or its lease expired), then attempt with lookup first | pause |
 //!
 //! Attempts are bounded by [`RetryPolicy::attempt_count_max`]: when it is reached and the last attempt definitely
@@ -33,7 +34,9 @@
 //! only past its retention, after an attempt that may have applied, so only its `unknown` row applies.) A call
 //! refused the same way ([`PERMANENT_MARK`], or [`KEY_REUSED_MARK`]: the API holds the key with another payload)
 //! after an attempt that may have applied is recorded `unknown` too, and pauses the run at once for the same reason:
-//! a resend would get the same answer.
+//! a resend would get the same answer. So does an API's answer that the step applied whose output cannot be
+//! canonicalised (a number no double holds), from a call or a lookup: it is recorded `unknown` with
+//! [`UNSTORABLE_MARK`], and a resend or another lookup would only fetch the same output again.
 //!
 //! Policy [`Policy::Naive`] is the baseline "before the rules": a fresh connector key per attempt, no lookups, every
 //! failure retried while attempts remain, and the step failed when they run out.
@@ -85,6 +88,10 @@ pub const KEY_REUSED_MARK: &str = "[key-reused] ";
 /// Prefix of a recorded error that says the attempt's lookup failed and the API said no retry of it can succeed (a
 /// lookup's non-retryable failure): a `failed` record fails the step, an `unknown` one pauses the run, at once.
 pub const LOOKUP_REFUSED_MARK: &str = "[lookup-refused] ";
+/// Prefix of a recorded reason that says the API answered that the step applied (a call's answer, or the record a
+/// lookup found), but its output cannot be canonicalised, so it cannot be stored as the key's output: an `unknown`
+/// record pauses the run at once (a resend or a lookup would get the same answer back).
+pub const UNSTORABLE_MARK: &str = "[unstorable] ";
 
 /// What the driver knows beyond the ledger record: the end of the call it made itself in this drive (or of the
 /// lookup it made since, when that lookup failed with a retry-after).
@@ -301,6 +308,13 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
             record,
             "an earlier attempt may have applied, and the API holds this key with another payload; a person must \
              decide",
+        ));
+    }
+    if error.starts_with(UNSTORABLE_MARK) {
+        return Decision::Pause(evidence(
+            record,
+            "the API says the step applied, but its output cannot be stored; a person must decide (mark the step \
+             done with an output that can be stored, or abort)",
         ));
     }
     match input.spec.class {

@@ -723,13 +723,16 @@ impl Engine {
         self.drive_with(run_id, Trigger::Canonical(trigger.held())).await
     }
 
-    /// Drives every pending or running run, in id order, one after another (a restarted worker). To drive them
-    /// concurrently, list them with the ledger's `unfinished_runs` and spawn [`Engine::drive`] per run.
-    pub async fn resume_unfinished(&self) -> Result<Vec<(String, RunStatus)>, Error> {
+    /// Drives every pending or running run, in id order, one after another (a restarted worker), and returns each
+    /// run's id with how its drive ended. One run's drive failing with an error (a damaged record, say) does not stop
+    /// the others: its error is in its entry and the next run is driven. Only the listing itself failing is an error
+    /// of the whole call. To drive them concurrently, list them with the ledger's `unfinished_runs` and spawn
+    /// [`Engine::drive`] per run.
+    pub async fn resume_unfinished(&self) -> Result<Vec<(String, Result<RunStatus, Error>)>, Error> {
         let ids = self.ledger.unfinished_runs()?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            let status = self.drive(&id).await?;
+            let status = self.drive(&id).await;
             out.push((id, status));
         }
         Ok(out)
@@ -1342,7 +1345,19 @@ impl Engine {
                                 person_retry_at_ms = resolution.at_ms;
                             }
                             Resolution::MarkDone { output } => {
-                                let bytes = canonical::to_vec(&output).map_err(Error::MarkDoneOutput)?;
+                                // Refused when it is filed ([`record_resolution`]); an older build filed it unchecked.
+                                // The run waits for a decision it can apply, and the other runs go on.
+                                let bytes = match canonical::to_vec(&output) {
+                                    Ok(bytes) => bytes,
+                                    Err(e) => {
+                                        let reason = format!(
+                                            "{reason}; the decision to mark the step done by {} gives an output that \
+                                             cannot be stored ({e}): a person must decide again [key {key}]",
+                                            resolution.by
+                                        );
+                                        return Ok(End::Paused { reason, key });
+                                    }
+                                };
                                 let fence = record.as_ref().map_or(0, |r| r.fence);
                                 match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
                                     Claimed::Granted { fence, .. } => {
@@ -1498,9 +1513,12 @@ impl Engine {
             let completion = match &outcome {
                 Outcome::Applied(output) => match canonical::to_vec(output) {
                     Ok(bytes) => Completion::Succeeded { output: bytes },
-                    Err(e) => {
-                        Completion::Unknown { reason: format!("applied, but the output cannot be canonicalised: {e}") }
-                    }
+                    Err(e) => Completion::Unknown {
+                        reason: format!(
+                            "{}applied, but the output cannot be canonicalised: {e}",
+                            decide::UNSTORABLE_MARK
+                        ),
+                    },
                 },
                 Outcome::NotApplied(n) => {
                     retry_after_ms = n.retry_after_ms;
@@ -1589,7 +1607,10 @@ impl Engine {
                 let bytes = match canonical::to_vec(&output) {
                     Ok(b) => b,
                     Err(e) => {
-                        let reason = format!("lookup found a record that cannot be canonicalised: {e}");
+                        let reason = format!(
+                            "{}lookup found a record that cannot be canonicalised: {e}",
+                            decide::UNSTORABLE_MARK
+                        );
                         self.complete_or_lost(&key, fence, Completion::Unknown { reason }, now_ms)?;
                         return Ok(Looked::Go);
                     }

@@ -57,7 +57,7 @@ async fn an_agent_crash_at_each_point_keeps_each_action_to_one_effect() {
         let recorder = Recorder::new();
         let second =
             engine(config("w2"), ledger.clone(), recorder.clone(), &connectors, &planners, &[agent_workflow()]);
-        assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)], "{name}");
+        assert_eq!(resume_all(&second).await, vec![("r1".to_string(), RunStatus::Succeeded)], "{name}");
 
         let effects = tools.effects();
         assert_eq!(effects.len(), WRITES, "{name}: {effects:?}");

@@ -54,7 +54,7 @@ async fn list_and_resolve_paused_runs_from_the_command_line() {
         assert!(stdout.contains(says) || stderr.contains(says), "{args:?}: {stdout}{stderr}");
     }
     // A worker applies the mark-done; no call is made.
-    assert_eq!(engine.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)]);
+    assert_eq!(resume_all(&engine).await, vec![("r1".to_string(), RunStatus::Succeeded)]);
     assert_eq!(connector.calls().len(), 2);
     assert_eq!(ledger.get_run("r2").unwrap().unwrap().reason.as_deref(), Some("aborted by bo"));
     assert_eq!(ledger.resolutions("r1").unwrap()[0].by, "ann");

@@ -3,6 +3,7 @@
 use engine::connector::{ActionSpec, GuaranteeClass};
 use engine::decide::{
     self, Decision, Input, KEY_REUSED_MARK, LOOKUP_REFUSED_MARK, LastCall, PERMANENT_MARK, Policy, RetryPolicy,
+    UNSTORABLE_MARK,
 };
 use engine::key::Key;
 use engine::ledger::{Status, StepRecord};
@@ -66,6 +67,8 @@ fn decisions_as_a_table() {
     let lookup_refused_unknown = format!("{LOOKUP_REFUSED_MARK}timeout; lookup failed: 400");
     // A call's permanent refusal after an attempt that may have applied: unknown, and the run pauses at once.
     let permanent_unknown = format!("{PERMANENT_MARK}400 (an earlier attempt under this key may have applied)");
+    // The API said the step applied, with an output that cannot be canonicalised: unknown, and the run pauses at once.
+    let unstorable = format!("{UNSTORABLE_MARK}applied, but the output cannot be canonicalised: 18446744073709551615");
     let reused_unknown =
         format!("{KEY_REUSED_MARK}idempotency_error (an earlier attempt under this key may have applied)");
     let now = 10_000;
@@ -187,6 +190,46 @@ fn decisions_as_a_table() {
             Some(now - 300),
             false,
             Pause,
+        ),
+        (
+            "keyed applied with an unstorable output, in retention: pause at once",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 200, 0, &unstorable)),
+            last,
+            Some(now - 200),
+            false,
+            Pause,
+        ),
+        (
+            "lookup found an unstorable record: pause at once, no second lookup",
+            &lookup,
+            Policy::Rules,
+            Some(record(Unknown, 2, now - 900, 0, &unstorable)),
+            None,
+            None,
+            false,
+            Pause,
+        ),
+        (
+            "keyed applied with an unstorable output, a person's retry: one attempt",
+            &keyed,
+            Policy::Rules,
+            Some(record(Unknown, 1, now - 200, 0, &unstorable)),
+            None,
+            Some(now - 200),
+            true,
+            Attempt { lookup_first: false },
+        ),
+        (
+            "naive, applied with an unstorable output: retried while attempts remain",
+            &keyed,
+            Policy::Naive,
+            Some(record(Unknown, 1, now - 900, 0, &unstorable)),
+            None,
+            None,
+            false,
+            Attempt { lookup_first: false },
         ),
         (
             "keyed unknown after a permanent refusal, a person's retry: one attempt",

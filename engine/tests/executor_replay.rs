@@ -88,7 +88,7 @@ async fn a_crash_mid_replay_resumes_the_edit_and_pauses_at_the_step_it_may_have_
             &[],
             &[charge_then_email()],
         );
-        let statuses = resumed.resume_unfinished().await.unwrap();
+        let statuses = resume_all(&resumed).await;
         assert_eq!(statuses, vec![("r1".to_string(), RunStatus::Paused)], "{name}");
         let reason = ledger.get_run("r1").unwrap().unwrap().reason.unwrap();
         assert!(reason.contains("email") && reason.contains("[key "), "{name}: {reason}");

@@ -102,6 +102,28 @@ fn cases() -> Vec<Case> {
             0,
             Status::Unknown,
         ),
+        // The API says the step applied, but its output cannot be stored (a number no double holds): a resend would
+        // fetch the same output again, so the run pauses at once for a person to mark it done or abort.
+        c(
+            "keyed: applied with an output that cannot be stored pauses at once",
+            k(),
+            &[ApplyUnstorable],
+            Paused,
+            1,
+            0,
+            1,
+            Status::Unknown,
+        ),
+        c(
+            "lookup: a found record that cannot be stored pauses at once",
+            lookup("contact", 0),
+            &[ApplyUnstorableThenTimeout],
+            Paused,
+            1,
+            2,
+            1,
+            Status::Unknown,
+        ),
         c("keyed: attempts exhausted, none applied: failed", k(), &[FailRetryable; 4], Failed, 4, 0, 0, Status::Failed),
         c(
             "keyed: attempts exhausted after indeterminate: paused",
@@ -896,7 +918,7 @@ async fn a_crash_at_each_point_keeps_one_effect_or_pauses() {
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None, "{name}: should have crashed");
         drop(first);
         let second = engine(config("w2"), ledger.clone(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-        let resumed = second.resume_unfinished().await.unwrap();
+        let resumed = resume_all(&second).await;
         assert_eq!(resumed, vec![("r1".to_string(), status)], "{name}");
         assert_eq!((connector.calls().len(), connector.effects().len()), (calls, effects), "{name}");
     }))
@@ -1000,7 +1022,7 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
         assert_eq!(drive_until_halt(&first, &crashing, "r1").await, None);
     }
     let second = engine(config("w2"), open(), Recorder::new(), &[connector.clone()], &[], &[wf]);
-    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
+    assert_eq!(resume_all(&second).await, vec![("r1".to_string(), RunStatus::Paused)]);
     assert_eq!(connector.calls().len(), 2, "the payout was not resent after the crash");
     {
         let cli_view = open();
@@ -1009,7 +1031,7 @@ async fn on_disk_ledger_survives_a_restart_and_a_cli_resolution() {
         let status = engine::executor::record_resolution(cli_view.as_ref(), "r1", &done, "erin", 2_000_000_000_000);
         assert_eq!(status.unwrap(), RunStatus::Running);
     }
-    assert_eq!(second.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Succeeded)]);
+    assert_eq!(resume_all(&second).await, vec![("r1".to_string(), RunStatus::Succeeded)]);
     assert_eq!((connector.calls().len(), connector.effects().len()), (2, 2));
 }
 

@@ -105,7 +105,7 @@ async fn stalled_drive_after_abort(
     // A's lease (1 s) has expired; A is stalled after the payout applied.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert_eq!(bank.effects().len(), 1, "A paid");
-    assert_eq!(w.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)]);
+    assert_eq!(resume_all(&w).await, vec![("r1".to_string(), RunStatus::Paused)]);
     assert_eq!(w.resolve("r1", Resolution::Abort, "ann").await.unwrap(), RunStatus::Failed);
     if replay_after_abort {
         assert_eq!(w.replay("r1", &engine::doc!({"amount": 6})).await.unwrap(), RunStatus::Succeeded);
@@ -284,7 +284,7 @@ async fn replay_crash_sweep() {
             &planners,
             &[everything()],
         );
-        let statuses = resumer.resume_unfinished().await.unwrap();
+        let statuses = resume_all(&resumer).await;
         let run = ledger.get_run("r1").unwrap().unwrap();
         let (b, a, t) = (bank.effects(), api.effects(), tools.effects());
         for (k, n) in per_key_counts(&b).iter().chain(per_key_counts(&a).iter()).chain(per_key_counts(&t).iter()) {
@@ -461,7 +461,7 @@ async fn a_stalled_drive_pause_under_the_old_trigger_is_lost_after_abort_and_rep
         a.create_run("wf", "r1", &engine::doc!({"amount": 5})).unwrap();
         let old = drive_on_own_thread(&a, "r1");
         tokio::time::sleep(Duration::from_millis(1_300)).await;
-        assert_eq!(w.resume_unfinished().await.unwrap(), vec![("r1".to_string(), RunStatus::Paused)], "{name}");
+        assert_eq!(resume_all(&w).await, vec![("r1".to_string(), RunStatus::Paused)], "{name}");
         assert_eq!(w.resolve("r1", Resolution::Abort, "ann").await.unwrap(), RunStatus::Failed, "{name}");
         assert_eq!(w.replay("r1", &engine::doc!({"amount": 6})).await.unwrap(), RunStatus::Succeeded, "{name}");
         let a_result = tokio::task::spawn_blocking(move || old.join().unwrap()).await.unwrap();

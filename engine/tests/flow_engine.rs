@@ -129,7 +129,7 @@ async fn mark_done_takes_any_json_value_as_the_step_s_output() {
     let ledger: Arc<dyn Ledger> = Arc::new(SqliteLedger::open(&path, Options::default()).unwrap());
     let connector = bank(&[]);
     let engine = engine(config("w2"), ledger, Recorder::new(), &[connector.clone()], &[], &[payout_then_note()]);
-    let resumed = engine.resume_unfinished().await.unwrap();
+    let resumed = resume_all(&engine).await;
     assert_eq!(resumed, runs.iter().map(|run| (run.to_string(), RunStatus::Succeeded)).collect::<Vec<_>>());
     assert!(connector.calls().iter().all(|call| call.action == "note"), "{:?}", connector.calls());
     let notes: Vec<Value> = connector.effects().into_iter().map(|effect| effect.inputs).collect();

@@ -40,6 +40,11 @@ pub enum Fate {
     KeyReused,
     /// Nothing committed; 409 concurrent request.
     InFlight,
+    /// Commit an effect whose record holds a number no double holds (`u64::MAX`), and answer `Applied` with it: an
+    /// output that cannot be canonicalised. A keyed API replays it for the key, and a lookup finds it.
+    ApplyUnstorable,
+    /// [`Fate::ApplyUnstorable`]'s commit, then the answer is lost: `Indeterminate`.
+    ApplyUnstorableThenTimeout,
 }
 
 /// What the next lookup of a scripted connector does.
@@ -63,6 +68,8 @@ pub struct Effect {
     pub inputs: Value,
     pub id: u64,
     pub committed_ms: u64,
+    /// Its record holds `u64::MAX` ([`Fate::ApplyUnstorable`]).
+    pub unstorable: bool,
 }
 
 /// One call or lookup as the connector saw it.
@@ -136,7 +143,11 @@ impl Scripted {
 }
 
 fn output_of(effect: &Effect) -> Value {
-    json!({ "id": effect.id, "action": effect.action, "inputs": effect.inputs })
+    let mut out = json!({ "id": effect.id, "action": effect.action, "inputs": effect.inputs });
+    if effect.unstorable {
+        out["ref"] = json!(u64::MAX);
+    }
+    out
 }
 
 impl Connector for Scripted {
@@ -163,6 +174,7 @@ impl Connector for Scripted {
                 at_ms: now_ms,
             });
             let fate = state.script.pop_front().unwrap_or(Fate::Apply);
+            let unstorable = matches!(fate, Fate::ApplyUnstorable | Fate::ApplyUnstorableThenTimeout);
             let commit = |state: &mut State| -> Value {
                 if keyed && let Some(earlier) = state.effects.iter().find(|e| e.key == *request.key) {
                     return output_of(earlier);
@@ -173,14 +185,15 @@ impl Connector for Scripted {
                     inputs: Value::from(request.inputs),
                     id: state.effects.len() as u64 + 1,
                     committed_ms: now_ms,
+                    unstorable,
                 };
                 let out = output_of(&effect);
                 state.effects.push(effect);
                 out
             };
             match fate {
-                Fate::Apply => Outcome::Applied(commit(&mut state).into()),
-                Fate::ApplyThenTimeout => {
+                Fate::Apply | Fate::ApplyUnstorable => Outcome::Applied(commit(&mut state).into()),
+                Fate::ApplyThenTimeout | Fate::ApplyUnstorableThenTimeout => {
                     commit(&mut state);
                     Outcome::Indeterminate("timeout after commit".to_string())
                 }
@@ -463,6 +476,26 @@ pub fn one_step(name: &str, action: &str) -> Value {
     json!({ "name": name, "steps": [
         { "id": "only", "action": action, "inputs": { "email": "{{trigger.email}}", "amount": "{{trigger.amount}}" } }
     ]})
+}
+
+/// A run of workflow `wf`, as the ledger would hold it, to put there directly.
+pub fn run_record(run_id: &str, status: engine::ledger::RunStatus, trigger: &[u8]) -> engine::ledger::RunRecord {
+    engine::ledger::RunRecord {
+        run_id: run_id.into(),
+        workflow: "wf".into(),
+        status,
+        trigger: trigger.to_vec(),
+        reason: None,
+        created_ms: 0,
+        updated_ms: 0,
+        replays: 0,
+    }
+}
+
+/// [`Engine::resume_unfinished`], each run's drive expected to end without an error: the runs' ids and statuses.
+pub async fn resume_all(engine: &Engine) -> Vec<(String, engine::ledger::RunStatus)> {
+    let resumed = engine.resume_unfinished().await.expect("list the unfinished runs");
+    resumed.into_iter().map(|(id, status)| (id.clone(), status.unwrap_or_else(|e| panic!("drive {id}: {e}")))).collect()
 }
 
 /// Drives `run_id` until it finishes or the engine halts at the recorder's crash point (then the future is dropped:

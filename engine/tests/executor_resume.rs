@@ -1,0 +1,83 @@
+//! A restarted worker's resumption of the unfinished runs ([`Engine::resume_unfinished`]) when one of them cannot be
+//! driven: a run it cannot drive, and a person's decision an older build filed that no drive can apply.
+#![cfg(not(madsim))]
+
+mod common;
+
+use common::*;
+use engine::connector::Connector;
+use engine::executor::Error;
+use engine::ledger::{Resolution, ResolutionRecord, RunStatus, Status, paused_key};
+use serde_json::json;
+use std::sync::Arc;
+
+/// A run whose drive fails with an error (its workflow is not registered with this worker) is reported with its
+/// error, and the runs sorted after it are still resumed. Before: `resume_unfinished` returned the first error, so
+/// on every restart the runs after that one were never driven.
+#[tokio::test]
+async fn one_run_that_cannot_be_driven_does_not_stop_the_others() {
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("bank", vec![keyed("charge", 60_000, false)], &[]);
+        let connectors: [Arc<dyn Connector>; 1] = [api.clone()];
+        let e =
+            engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[one_step("wf", "bank.charge")]);
+        let trigger = br#"{"amount":1,"email":"x"}"#;
+        ledger.create_run(run_record("a", RunStatus::Pending, trigger)).unwrap();
+        let mut gone = run_record("b", RunStatus::Running, trigger);
+        gone.workflow = "retired".into();
+        ledger.create_run(gone).unwrap();
+        ledger.create_run(run_record("c", RunStatus::Pending, trigger)).unwrap();
+        let resumed = e.resume_unfinished().await.expect("the listing");
+        let ids: Vec<&str> = resumed.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"], "{name}");
+        assert!(matches!(resumed[0].1, Ok(RunStatus::Succeeded)), "{name}: {:?}", resumed[0].1);
+        assert!(matches!(&resumed[1].1, Err(Error::UnknownWorkflow(w)) if w == "retired"), "{name}: {:?}", resumed[1]);
+        assert!(matches!(resumed[2].1, Ok(RunStatus::Succeeded)), "{name}: {:?}", resumed[2].1);
+        assert_eq!(ledger.get_run("b").unwrap().unwrap().status, RunStatus::Running, "{name}: b is left as it was");
+        assert_eq!(api.effects().len(), 2, "{name}");
+    }
+}
+
+/// A mark-done decision an older build filed without checking its output (an integer no double holds, which this
+/// build refuses when the decision is made): the drive that would apply it pauses the run again, saying why, instead
+/// of failing with an error; the other runs are resumed; a person's new decision then applies. Before: the drive
+/// failed with `Error::MarkDoneOutput`, the run stayed running, and `resume_unfinished` stopped there on every
+/// restart.
+#[tokio::test]
+async fn a_stored_mark_done_whose_output_cannot_be_stored_pauses_the_run_again() {
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
+        let connectors: [Arc<dyn Connector>; 1] = [api.clone()];
+        let e =
+            engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[one_step("wf", "bank.payout")]);
+        let trigger = engine::doc!({"amount": 1, "email": "x"});
+        assert_eq!(e.start_run("wf", "a", &trigger).await.unwrap(), RunStatus::Paused, "{name}");
+        let reason = ledger.get_run("a").unwrap().unwrap().reason.expect("a pause reason");
+        let key = paused_key(&reason).expect("the paused key");
+        let last_attempt_ms = ledger.get(&key).unwrap().unwrap().last_attempt_ms;
+        // What an older build filed: the decision, unchecked, and the run set running.
+        let old = ResolutionRecord {
+            run_id: "a".into(),
+            key,
+            resolution: Resolution::MarkDone { output: json!({"ref": u64::MAX}) },
+            by: "old-build".into(),
+            at_ms: last_attempt_ms + 1,
+        };
+        ledger.record_resolution(&old, RunStatus::Running, None).unwrap();
+        ledger.create_run(run_record("b", RunStatus::Pending, br#"{"amount":2,"email":"y"}"#)).unwrap();
+        api.push_script(&[Fate::Apply]);
+
+        let resumed = resume_all(&e).await;
+        assert_eq!(resumed, [("a".to_string(), RunStatus::Paused), ("b".to_string(), RunStatus::Succeeded)], "{name}");
+        let a = ledger.get_run("a").unwrap().unwrap();
+        let reason = a.reason.expect("a pause reason");
+        assert!(reason.contains("old-build gives an output that cannot be stored"), "{name}: {reason}");
+        assert_eq!(paused_key(&reason), Some(key), "{name}: paused at the same key");
+        assert_eq!(ledger.get(&key).unwrap().unwrap().status, Status::Unknown, "{name}: nothing recorded as done");
+
+        let status = e.resolve("a", Resolution::MarkDone { output: json!({"ref": 7}) }, "pat").await.unwrap();
+        assert_eq!(status, RunStatus::Succeeded, "{name}");
+        assert_eq!(ledger.get(&key).unwrap().unwrap().output.as_deref(), Some(&br#"{"ref":7}"#[..]), "{name}");
+        assert_eq!(api.calls().len(), 2, "{name}: the payout was sent once, and b's once");
+    }
+}
