@@ -1017,6 +1017,13 @@ pub fn check_counts(r: &Results) -> Result<(), String> {
             return Err(format!("{name} = {count} is more than runs = {}", r.runs));
         }
     }
+    // A run ends paused or failed, not both: their sum is at most the runs.
+    if r.paused_runs.saturating_add(r.failed_runs) > r.runs {
+        return Err(format!(
+            "paused_runs = {} and failed_runs = {} add up to more than runs = {} (a run ends paused or failed, not both)",
+            r.paused_runs, r.failed_runs, r.runs
+        ));
+    }
     let action_steps: u64 = r.actions.values().map(|a| a.steps).fold(0, u64::saturating_add);
     if action_steps != r.steps {
         return Err(format!("the actions' steps add up to {action_steps}, not to steps = {}", r.steps));

@@ -298,6 +298,7 @@ fn results_that_contradict_themselves_are_refused() {
         "duplicates = 3, more than its effects = 1",
     );
     refused(&|r| r.latency.p50_ms = r.latency.max_ms + 1, "are not in order");
+    refused(&|r| (r.paused_runs, r.failed_runs) = (r.runs / 2 + 1, r.runs / 2 + 1), "add up to more than runs");
     refused(
         &|r| r.actions.get_mut("stripe.create_customer").unwrap().residual_duplicates = 4,
         "residual_duplicates = 4, more than its duplicates = 3",
