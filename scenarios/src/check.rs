@@ -390,6 +390,8 @@ pub fn main(args: &CheckArgs) -> i32 {
         crate::output::count(args.jobs as u64, "thread", "threads"),
         budgets_path.display()
     );
+    #[allow(clippy::disallowed_methods, reason = "wall time outside the simulations, for the JUnit suite's time only")]
+    let started = std::time::Instant::now();
     let records = match run_cases(&cases, &budgets, args.jobs) {
         Ok(r) => r,
         Err(code) => return code,
@@ -421,7 +423,7 @@ pub fn main(args: &CheckArgs) -> i32 {
     };
     let verdicts: Vec<GateCase> = records.iter().map(|r| r.verdict.clone()).collect();
     let outputs = [
-        (&args.junit, reports::junit(&verdicts)),
+        (&args.junit, reports::junit(&verdicts, started.elapsed().as_secs_f64())),
         (&args.json, serde_json::to_string_pretty(&file).expect("a check file serialises")),
     ];
     // The verdict is printed first, so a failed write (checked for before the cases ran: a full disk or the like)
