@@ -10,7 +10,9 @@
 //! - a string that is exactly `"{{trigger.a.b}}"` or `"{{steps.ID.output.x}}"` becomes that value, type kept;
 //! - `{{...}}` inside a longer string interpolates the value as text (strings bare, other values as JSON);
 //! - a path segment that is a number indexes an array (`{{steps.writes.output.0.id}}`);
-//! - `{{{{` is a literal `{{` (`"{{{{trigger.a}}"` is the text `{{trigger.a}}`); `}}` outside a reference is text.
+//! - `{{{{` is a literal `{{` (`"{{{{trigger.a}}"` is the text `{{trigger.a}}`); `}}` outside a reference is text;
+//!   three braces (`{{{trigger.a}}}`, another template language's raw-value form) are refused, naming the right form,
+//!   so a `{` cannot stand directly before a reference.
 //!
 //! `steps.ID` may only name an earlier step, and a step id holds no whitespace, `.`, `{`, `}`, `[` or `]`, so that
 //! a reference can name it. A path that does not resolve at run time renders as `null` (as text: empty). An optional
@@ -488,6 +490,15 @@ fn compile_string(text: &str, earlier: &[&str]) -> Result<Template, String> {
             parts.push(Part::Text(std::mem::take(&mut literal)));
         }
         let after = &rest[open + 2..];
+        if after.starts_with('{') {
+            // Three braces: no reference starts with `{`. Most likely a template language's raw-value form.
+            let shown = after.find("}}").map_or(&rest[open..], |close| &rest[open..open + 2 + close + 2]);
+            return Err(format!(
+                "`{shown}` opens a reference with three braces: a reference is written `{{{{trigger...}}}}` or \
+                 `{{{{steps...}}}}` (there is no raw-value form; every value is inserted as it is), and `{{{{{{{{` \
+                 writes a literal `{{{{`"
+            ));
+        }
         let close = after.find("}}").ok_or_else(|| format!("unclosed `{{{{` in {text:?}"))?;
         parts.push(Part::Reference(compile_reference(after[..close].trim(), earlier)?));
         rest = &after[close + 2..];

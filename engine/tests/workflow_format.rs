@@ -266,10 +266,15 @@ fn escaped_braces_write_a_literal_pair() {
     assert_eq!(wf.outputs_referenced(), [false, false]);
     // A part of the inputs with only escapes in it is a literal, as one with none is.
     assert!(matches!(inputs, Template::Literal(_)), "{inputs:?}");
-    // Three braces still open a reference that starts with `{`, which is refused as before.
-    let err = Workflow::from_json(
-        &json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": "{{{trigger.n}}"}}]}).to_string(),
-    )
-    .expect_err("three braces");
-    assert!(err.message.contains("`{{{trigger.n}}` must start with `trigger` or `steps`"), "{err}");
+    // Three braces still open a reference that starts with `{`, which is refused as before, saying how to write it
+    // (another template language's raw-value form `{{{x}}}` is the likely intent).
+    for (text, shown) in [("{{{trigger.n}}}", "{{{trigger.n}}"), ("a {{{trigger.n", "{{{trigger.n")] {
+        let err = Workflow::from_json(
+            &json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": text}}]}).to_string(),
+        )
+        .expect_err("three braces");
+        assert_eq!(err.step, "a");
+        assert!(err.message.contains(&format!("at `v`: `{shown}` opens a reference with three braces")), "{err}");
+        assert!(err.message.contains("a reference is written `{{trigger...}}`"), "{err}");
+    }
 }
