@@ -74,15 +74,15 @@ enum Command {
     ///
     /// With each ledger, median steps/s per core and steps per CPU-second; then a bare loop of key derivation and a
     /// hash-map ledger, the same loop under madsim and madsim alone, and the memory ledger's speed as a fraction of the
-    /// bare loop's. CPU time is read from /proc/self/stat in ticks of 10 ms: a repetition shorter than one tick has no
-    /// steps per CPU-second, and the lines of those figures say so and how many steps would be enough.
+    /// bare loop's. CPU time is read from /proc/self/stat in ticks of 10 ms: a repetition shorter than ten ticks has no
+    /// steps per CPU-second (one tick would move it by a tenth or more), and the lines of those figures say so and how many steps would be enough.
     Bench {
         /// A catalogue name or a profile file (TOML). Speed depends most on `world.runs_in_flight_max`: compare
         /// figures only at the same profile (docs/speed.md).
         #[arg(long, default_value = "mixed")]
         scenario: String,
-        /// Steps of each repetition (its seed is 1), at most 10^12. A repetition needs at least one 10 ms tick of CPU
-        /// time (some thousands of steps) for a steps-per-CPU-second figure.
+        /// Steps of each repetition (its seed is 1), at most 10^12. A repetition needs at least ten 10 ms ticks of CPU
+        /// time (some tens of thousands of steps) for a steps-per-CPU-second figure.
         #[arg(long, default_value_t = 200_000)]
         steps: u64,
         /// Repetitions per ledger and per yardstick loop; the median of an even number is the mean of the middle two.
@@ -434,7 +434,7 @@ struct BenchSamples {
 }
 
 /// A ledger's steps-per-CPU-second line in `flowsim bench`: the median of its repetitions of `steps` each, or, when
-/// one was not measured (under one tick of CPU time, or unreadable), why not and how many steps would be enough. Never
+/// one was not measured (under ten ticks of CPU time, or unreadable), why not and how many steps would be enough. Never
 /// nothing: a figure left out without a word reads as a bench that did not try.
 #[cfg(madsim)]
 fn cpu_line(ledger: &str, samples: &BenchSamples, steps: u64) -> String {
@@ -617,7 +617,7 @@ mod tests {
             cpu: CpuRates { rates: Vec::new(), too_short: 2, unreadable: 0 },
             violated: false,
         };
-        let too_short = "both runs were too short to measure CPU time (under one 10 ms tick)";
+        let too_short = "both runs were too short to measure CPU time (under 10 ticks of 10 ms)";
         assert_eq!(
             cpu_line("memory", &short, 500),
             format!("  ledger memory  steps per CPU-second not measured: {too_short}; give --steps 50000 or more")

@@ -16,7 +16,7 @@
 //! simulation of the step loop, not a simulation.
 //!
 //! [`CpuRates`] keeps `bench`'s steps per CPU-second, of the simulations and of these loops alike: CPU time comes from
-//! `/proc/self/stat` in ticks of [`CPU_TICK_S`], so a run shorter than one tick has no figure, and says so.
+//! `/proc/self/stat` in ticks of [`CPU_TICK_S`], so a run shorter than [`CPU_TICKS_MIN`] ticks has no figure, and says so.
 
 use engine::fastmap::FastMap;
 use engine::key::Key;
@@ -29,6 +29,11 @@ pub const CPU_TICK_S: f64 = 0.01;
 /// CPU time a run should take for its steps per CPU-second to be worth reading: a tick is then 1 % of it.
 pub const CPU_SECONDS_ENOUGH: f64 = 1.0;
 
+/// The fewest ticks a run's CPU time must read for it to have a rate: with fewer, one tick more or less (the
+/// counter's resolution) moves the figure by more than 10 %, so a run of one tick would read twice as fast as one of
+/// two.
+pub const CPU_TICKS_MIN: u32 = 10;
+
 /// Steps per CPU-second of repeated runs, each timed by the process's CPU time before and after it. A run whose time
 /// read as no tick, or could not be read, has no rate: it is counted, and [`CpuRates::not_measured`] says why the
 /// figure is missing rather than leaving it out.
@@ -36,7 +41,7 @@ pub const CPU_SECONDS_ENOUGH: f64 = 1.0;
 pub struct CpuRates {
     /// The rates of the runs that were measured.
     pub rates: Vec<f64>,
-    /// Runs that took under one tick of CPU time (read as none).
+    /// Runs whose CPU time read as fewer than [`CPU_TICKS_MIN`] ticks.
     pub too_short: u32,
     /// Runs whose CPU time could not be read (no `/proc/self/stat`).
     pub unreadable: u32,
@@ -46,7 +51,10 @@ impl CpuRates {
     /// Records a run of `steps` between the CPU times `before` and `after` (in seconds, `None` when unreadable).
     pub fn record(&mut self, steps: u64, before: Option<f64>, after: Option<f64>) {
         match (before, after) {
-            (Some(before), Some(after)) if after > before => self.rates.push(steps as f64 / (after - before)),
+            // The times are whole ticks, read as seconds: rounded, their difference is a whole number of ticks.
+            (Some(before), Some(after)) if ((after - before) / CPU_TICK_S).round() >= f64::from(CPU_TICKS_MIN) => {
+                self.rates.push(steps as f64 / (after - before))
+            }
             (Some(_), Some(_)) => self.too_short += 1,
             _ => self.unreadable += 1,
         }
@@ -78,7 +86,7 @@ impl CpuRates {
         }
         (self.too_short > 0).then(|| {
             format!(
-                "{} too short to measure CPU time (under one {:.0} ms tick)",
+                "{} too short to measure CPU time (under {CPU_TICKS_MIN} ticks of {:.0} ms)",
                 which(self.too_short),
                 CPU_TICK_S * 1000.0
             )
@@ -200,33 +208,38 @@ mod tests {
         assert_eq!(engine::canonical::to_vec(&first).unwrap().len(), 114);
     }
 
-    /// A run under one tick of CPU time has no rate, and the figure of the runs says why it is missing (a QA report:
-    /// `bench --steps 1` left out its steps-per-CPU-second lines without a word); a figure of some measured runs and
-    /// some not is missing too.
+    /// A run under ten ticks of CPU time has no rate (one tick would be a tenth of it or more), and the figure of the
+    /// runs says why it is missing (a QA report: `bench --steps 1` left out its steps-per-CPU-second lines without a
+    /// word); a figure of some measured runs and some not is missing too.
     #[test]
-    fn a_run_under_one_tick_is_said_to_be_too_short() {
+    fn a_run_under_ten_ticks_is_said_to_be_too_short() {
         let mut rates = CpuRates::default();
         rates.record(500, Some(1.23), Some(1.23));
         assert_eq!(rates, CpuRates { rates: vec![], too_short: 1, unreadable: 0 });
         let said = rates.not_measured();
-        assert_eq!(said.as_deref(), Some("the run was too short to measure CPU time (under one 10 ms tick)"));
+        assert_eq!(said.as_deref(), Some("the run was too short to measure CPU time (under 10 ticks of 10 ms)"));
         rates.record(500, Some(1.23), Some(1.23));
         let said = rates.not_measured();
-        assert_eq!(said.as_deref(), Some("both runs were too short to measure CPU time (under one 10 ms tick)"));
+        assert_eq!(said.as_deref(), Some("both runs were too short to measure CPU time (under 10 ticks of 10 ms)"));
         rates.record(1_000, Some(1.0), Some(1.5));
         assert_eq!(rates.rates, [2_000.0]);
         let said = rates.not_measured();
-        assert_eq!(said.as_deref(), Some("2 of 3 runs were too short to measure CPU time (under one 10 ms tick)"));
+        assert_eq!(said.as_deref(), Some("2 of 3 runs were too short to measure CPU time (under 10 ticks of 10 ms)"));
         let all = CpuRates { rates: Vec::new(), too_short: 3, unreadable: 0 };
         let said = all.not_measured();
-        assert_eq!(said.as_deref(), Some("all 3 runs were too short to measure CPU time (under one 10 ms tick)"));
+        assert_eq!(said.as_deref(), Some("all 3 runs were too short to measure CPU time (under 10 ticks of 10 ms)"));
         let mut measured = CpuRates::default();
-        measured.record(1_000, Some(0.5), Some(0.51));
-        measured.record(1_000, Some(0.5), Some(0.52));
+        measured.record(1_000, Some(0.5), Some(0.6));
+        measured.record(1_000, Some(0.5), Some(0.7));
         assert_eq!(measured.not_measured(), None);
+        // One to nine ticks: a rate whose last digit of time is a tenth of it or more is not one.
+        let mut coarse = CpuRates::default();
+        coarse.record(1_000, Some(0.5), Some(0.51));
+        coarse.record(1_000, Some(0.5), Some(0.59));
+        assert_eq!(coarse, CpuRates { rates: vec![], too_short: 2, unreadable: 0 });
         measured.record(1_000, Some(0.5), Some(0.5));
         let said = measured.not_measured();
-        assert_eq!(said.as_deref(), Some("1 of 3 runs was too short to measure CPU time (under one 10 ms tick)"));
+        assert_eq!(said.as_deref(), Some("1 of 3 runs was too short to measure CPU time (under 10 ticks of 10 ms)"));
         measured.record(1_000, None, Some(0.6));
         let said = measured.not_measured();
         assert_eq!(said.as_deref(), Some("the CPU time of 1 of 4 runs could not be read (/proc/self/stat)"));
