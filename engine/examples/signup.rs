@@ -339,6 +339,9 @@ mod demo {
         fn replay_history(&self, run_id: &str) -> ledger::Result<Vec<ReplayEntry>> {
             self.ledger.replay_history(run_id)
         }
+        fn run_steps(&self, run_id: &str) -> ledger::Result<Vec<StepRecord>> {
+            self.ledger.run_steps(run_id)
+        }
         fn finish_drive(
             &self,
             run_id: &str,

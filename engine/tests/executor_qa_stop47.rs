@@ -213,6 +213,9 @@ impl Ledger for Hooked {
     fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
         self.inner.replay_history(run_id)
     }
+    fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+        self.inner.run_steps(run_id)
+    }
     fn finish_drive(
         &self,
         run_id: &str,

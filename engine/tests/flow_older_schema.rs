@@ -125,6 +125,13 @@ fn older_ledgers_are_read_and_a_decision_refused_until_a_worker_migrates_them() 
         let (code, _, stderr) = flow(&["replays", "--ledger", file, "--run", "nope"]);
         assert_eq!(code, 2, "v{version}: {stderr}");
         assert!(stderr.contains(r#"no run "nope""#), "v{version}: {stderr}");
+        // `show` reads the run as its version has it: the replays it counts, none before version 3.
+        let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "done"]);
+        assert_eq!((code, stderr.as_str()), (0, ""), "v{version}");
+        let shown: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(shown["trigger"], serde_json::json!({"v": 3}), "v{version}");
+        assert_eq!(shown["replays"], if version >= 3 { 2 } else { 0 }, "v{version}");
+        assert_eq!((&shown["steps"], &shown["replay_history"]), (&serde_json::json!([]), &serde_json::json!([])));
         let decision = ["resolve", "--ledger", file, "--run", "held", "--abort", "--by", "ann"];
         let (code, stdout, stderr) = flow(&decision);
         assert_eq!(code, 2, "v{version}: {stdout}{stderr}");
@@ -180,6 +187,9 @@ fn an_older_worker_holding_the_ledger_is_left_alone() {
     assert_eq!(stdout, format!("held\twf\t{0}\nopen\twf\t{0}\n", pause_reason()));
     let (code, _, stderr) = flow(&["replays", "--ledger", file, "--run", "done"]);
     assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "open"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(r#""status": "paused""#), "what the worker committed: {stdout}");
     let (code, _, stderr) = flow(&["resolve", "--ledger", file, "--run", "open", "--retry", "--by", "ann"]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("older schema") && !stderr.contains("locked"), "{stderr}");

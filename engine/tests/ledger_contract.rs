@@ -98,6 +98,7 @@ contract!(
     inspect_outcome_lends_status_and_output,
     completion_releases_the_lease,
     a_claim_checks_the_run_its_drive_walks,
+    run_steps_lists_a_runs_records_by_their_last_attempt,
 );
 
 // --- helpers ------------------------------------------------------------------------------------------------------
@@ -1184,4 +1185,30 @@ fn a_claim_checks_the_run_its_drive_walks(f: Fixture) {
     }
     // Without `walk` the run is not looked at (callers outside a drive).
     assert_eq!(granted(l.claim(&claim_of(key(6), "gone", "w1", 10, 0))), (1, 1));
+}
+
+/// `run_steps` lists the records of one run, as `get` reads each, ordered by their last attempt and then by key (so
+/// both ledgers agree, whatever order they store them in); a key claimed again moves to its new attempt's place.
+fn run_steps_lists_a_runs_records_by_their_last_attempt(f: Fixture) {
+    let l = &*f.ledger;
+    // (key, run, claimed at): key 9 and key 3 tie at 20 ms and come by key; key 7 is claimed again later.
+    for (k, run_id, at) in [(7u8, "r", 10u64), (9, "r", 20), (3, "r", 20), (5, "other", 15), (1, "r", 30)] {
+        granted(l.claim(&claim_of(key(k), run_id, "w", at, 0)));
+    }
+    l.complete(&key(9), 1, succeeded("o"), 21).unwrap();
+    l.complete(&key(3), 1, failed(), 21).unwrap();
+    l.complete(&key(7), 1, unknown(), 11).unwrap();
+    let keys = |run_id: &str| -> Vec<u8> { l.run_steps(run_id).unwrap().iter().map(|r| r.key.0[0]).collect() };
+    assert_eq!(keys("r"), [7, 3, 9, 1]);
+    assert_eq!(keys("other"), [5]);
+    assert_eq!(keys("unknown"), Vec::<u8>::new());
+    for record in l.run_steps("r").unwrap() {
+        assert_eq!(Some(&record), l.get(&record.key).unwrap().as_ref(), "as get reads it");
+    }
+    // The unknown key 7 is attempted again: it moves after the others.
+    granted(l.claim(&claim_of(key(7), "r", "w", 40, 1)));
+    assert_eq!(keys("r"), [3, 9, 1, 7]);
+    l.forget_run("r").unwrap();
+    assert_eq!(keys("r"), Vec::<u8>::new());
+    assert_eq!(keys("other"), [5]);
 }

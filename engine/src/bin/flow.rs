@@ -4,6 +4,7 @@
 //! flow paused  --ledger FILE
 //! flow resolve --ledger FILE --run ID (--mark-done JSON | --retry | --abort) --by NAME
 //! flow replays --ledger FILE --run ID
+//! flow show    --ledger FILE --run ID
 //! ```
 //!
 //! `paused` writes one line per run, its id, workflow and reason separated by tabs. Each field is escaped so that
@@ -23,6 +24,17 @@
 //! build) are named in a note on standard error; a trigger not known for that reason is an empty field. A run never
 //! replayed writes nothing. `--run` is the id itself, as for `resolve`.
 //!
+//! `show` writes everything the ledger holds about one run as one JSON document (pretty-printed): the run's record
+//! (status, reason, times, replay count, trigger), each step record of it ([`engine::ledger::Ledger::run_steps`]:
+//! step id, action, key, status, attempts, the last attempt's time, the lease's owner, fence and expiry, the inputs
+//! hash, and the output or the error; `paused_here` marks the key a paused run waits at, whose record may have moved
+//! since the pause, when a stalled worker's answer came late), the people's decisions, and the replay history. It is
+//! what a person reads before deciding, or when a duplicate is reported: which keys were sent, how often, and what
+//! came back. Stored documents (the trigger, outputs, a mark-done's output) are JSON values in it, a stored text that
+//! does not parse (a damaged ledger) a JSON string; times are RFC 3339 UTC as for `replays`. Characters [`field`]
+//! escapes that JSON leaves raw (DEL, C1 controls, U+2028, U+2029, the bidirectional formatting characters) are
+//! written as JSON's `\uXXXX`, so the document shows as it is.
+//!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
 //! applies it. Exit codes: 0 done; 1 the ledger refused the decision (the run is not paused) or a storage error,
@@ -33,7 +45,7 @@
 //! with a message naming it (a file that is not a ledger, a ledger of a newer schema version, or for `resolve` of an
 //! older one, a run id the ledger does not hold, a blank `--run`, `--mark-done` that is not valid JSON, a blank `--by`
 //! or one with a control character, the last three told before anything is opened), and the ledger left as it was.
-//! `paused` and `replays` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite failure
+//! `paused`, `replays` and `show` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite failure
 //! are told apart as the ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened,
 //! [`engine::ledger::Error`] after), and every command says a failure of the ledger one way: a damaged ledger is
 //! damaged whichever command, and whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
@@ -43,7 +55,7 @@
 //! by its metadata, before anything opens it, so a FIFO does not block), an empty file (a mistyped path that
 //! something created), a file that is not SQLite, a SQLite database whose tables are not those of a ledger of its
 //! schema version, or a ledger of a newer schema version is refused with exit 2 and left as it was, never turned into
-//! a new ledger or migrated. `paused` and `replays` only read the file, of an older schema version too, as it is
+//! a new ledger or migrated. `paused`, `replays` and `show` only read the file, of an older schema version too, as it is
 //! ([`SqliteLedger::open_read_only`]: what its version lacks read as its migration would set it, no replay history
 //! before version 4), so that looking at a ledger that workers of an older build still use changes nothing for
 //! them. `resolve` checks the run reading only, and opens the file to write only then, and only if it is of this
@@ -119,6 +131,19 @@ enum Command {
     /// history, or by a worker of an older build) are named on standard error, and a trigger unknown for that reason
     /// is an empty field.
     Replays {
+        /// The engine's on-disk SQLite ledger file.
+        #[arg(long, value_name = "FILE")]
+        ledger: PathBuf,
+        /// The run's id (unescaped, as for `resolve --run`); not blank.
+        #[arg(long, value_name = "ID")]
+        run: String,
+    },
+    /// Show everything the ledger holds about one run, as one JSON document.
+    ///
+    /// The run's record, each of its step records (step, action, key, status, attempts, last attempt, lease, inputs
+    /// hash, output or error; `paused_here` on the key a paused run waits at), the people's decisions and the replay
+    /// history. Times are RFC 3339 UTC; stored documents are JSON values.
+    Show {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
         ledger: PathBuf,
@@ -335,6 +360,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Replays { ledger, run } => replays(&ledger, &run),
+        Command::Show { ledger, run } => show(&ledger, &run),
         Command::Paused { ledger: path } => {
             let ledger = match open_read_only(&path) {
                 Ok(l) => l,
@@ -506,6 +532,151 @@ fn replays(path: &Path, run: &str) -> ExitCode {
     }
 }
 
+/// `flow show`'s document: a run and what the ledger holds about it, fields in this order.
+#[derive(serde::Serialize)]
+struct Shown {
+    run_id: String,
+    workflow: String,
+    status: &'static str,
+    reason: Option<String>,
+    created: String,
+    updated: String,
+    replays: u32,
+    trigger: serde_json::Value,
+    steps: Vec<ShownStep>,
+    decisions: Vec<ShownDecision>,
+    replay_history: Vec<ShownReplay>,
+}
+
+#[derive(serde::Serialize)]
+struct ShownStep {
+    step: String,
+    action: String,
+    key: String,
+    status: &'static str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    paused_here: bool,
+    attempts: u32,
+    last_attempt: String,
+    owner: String,
+    fence: u64,
+    lease_expiry: String,
+    inputs_hash: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(serde::Serialize)]
+struct ShownDecision {
+    at: String,
+    by: String,
+    decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<serde_json::Value>,
+    key: String,
+}
+
+#[derive(serde::Serialize)]
+struct ShownReplay {
+    replay: u32,
+    at: String,
+    replaced_trigger: serde_json::Value,
+}
+
+/// A stored JSON document as a value of `show`'s document; a stored text that is not JSON (a damaged ledger) as a
+/// string of it.
+fn stored_json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(bytes).into()))
+}
+
+fn show(path: &Path, run: &str) -> ExitCode {
+    // Bad input is refused before anything is opened, as `resolve` refuses it.
+    if !engine::ledger::names_someone(run) {
+        return fail(2, "--run must name a run");
+    }
+    let ledger = match open_read_only(path) {
+        Ok(l) => l,
+        Err(refusal) => return refusal.fail(),
+    };
+    let record = match ledger.get_run(run) {
+        Ok(Some(record)) => record,
+        Ok(None) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
+        Err(e) => return ledger_refusal(path, &e).fail(),
+    };
+    let read = (ledger.run_steps(run), ledger.resolutions(run), ledger.replay_history(run));
+    let (steps, decisions, history) = match read {
+        (Ok(steps), Ok(decisions), Ok(history)) => (steps, decisions, history),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ledger_refusal(path, &e).fail(),
+    };
+    let paused_at = (record.status == engine::ledger::RunStatus::Paused)
+        .then(|| record.reason.as_deref().and_then(engine::ledger::paused_key))
+        .flatten();
+    let shown = Shown {
+        run_id: record.run_id.to_string(),
+        workflow: record.workflow.to_string(),
+        status: record.status.as_str(),
+        reason: record.reason.clone(),
+        created: utc(record.created_ms),
+        updated: utc(record.updated_ms),
+        replays: record.replays,
+        trigger: stored_json(&record.trigger),
+        steps: steps
+            .into_iter()
+            .map(|step| ShownStep {
+                paused_here: paused_at == Some(step.key),
+                step: step.step_id.to_string(),
+                action: step.action.to_string(),
+                key: step.key.to_string(),
+                status: step.status.as_str(),
+                attempts: step.attempt_count,
+                last_attempt: utc(step.last_attempt_ms),
+                owner: step.owner.to_string(),
+                fence: step.fence,
+                lease_expiry: utc(step.lease_expiry_ms),
+                inputs_hash: engine::key::Key(step.inputs_hash).to_string(),
+                output: step.output.as_deref().map(stored_json),
+                error: step.error,
+            })
+            .collect(),
+        decisions: decisions
+            .into_iter()
+            .map(|d| ShownDecision {
+                at: utc(d.at_ms),
+                by: d.by,
+                decision: d.resolution.name(),
+                output: match d.resolution {
+                    Resolution::MarkDone { output } => Some(output),
+                    Resolution::Retry | Resolution::Abort => None,
+                },
+                key: d.key.to_string(),
+            })
+            .collect(),
+        replay_history: history
+            .into_iter()
+            .map(|e| ShownReplay {
+                replay: e.replay,
+                at: utc(e.replayed_ms),
+                replaced_trigger: stored_json(&e.replaced_trigger),
+            })
+            .collect(),
+    };
+    let text = serde_json::to_string_pretty(&shown).expect("a document of strings, numbers and JSON values");
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{}", json_text(&text)).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => output_failed(&e),
+    }
+}
+
+/// JSON text as `show` writes it: every character [`escaped`] names that serde_json writes as it is (DEL, the C1
+/// controls, U+2028, U+2029, the bidirectional formatting characters; it escapes C0 controls itself) written as
+/// JSON's `\uXXXX` ([`json_escaped`]), its newlines (between tokens, pretty-printed) kept.
+fn json_text(text: &str) -> String {
+    json_escaped(text, |c| c == '\n')
+}
+
 /// Ascending numbers as ranges: `1-3, 5`.
 fn ranges(numbers: &[u32]) -> String {
     let mut out = String::new();
@@ -550,10 +721,15 @@ fn utc(ms: u64) -> String {
 /// string, DEL or C1, where `\u` is JSON's own escape for it.) Bytes that are not UTF-8, which no ledger of this
 /// build writes, are shown as U+FFFD.
 fn json_field(json: &[u8]) -> String {
-    let text = String::from_utf8_lossy(json);
+    json_escaped(&String::from_utf8_lossy(json), |_| false)
+}
+
+/// JSON text with every character [`escaped`] names written as JSON's `\uXXXX`, but for backslashes (the text's own
+/// escapes) and those `keep` keeps.
+fn json_escaped(text: &str, keep: impl Fn(char) -> bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c != '\\' && escaped(c) {
+        if c != '\\' && escaped(c) && !keep(c) {
             let _ = write!(out, "\\u{:04x}", u32::from(c));
         } else {
             out.push(c);

@@ -486,6 +486,15 @@ impl Ledger for MemoryLedger {
         Ok(self.lock().resolutions.get(run_id).cloned().unwrap_or_default())
     }
 
+    fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+        let inner = self.lock();
+        let keys = inner.keys_by_run.get(run_id).map_or(&[][..], Vec::as_slice);
+        let mut out: Vec<StepRecord> =
+            keys.iter().filter_map(|key| inner.steps.get(key)).map(|r| (**r).clone()).collect();
+        out.sort_by_key(|a| (a.last_attempt_ms, a.key.0));
+        Ok(out)
+    }
+
     fn forget_run(&self, run_id: &str) -> Result<()> {
         let mut inner = self.lock();
         for key in inner.keys_by_run.remove(run_id).unwrap_or_default() {

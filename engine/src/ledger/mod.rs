@@ -505,6 +505,10 @@ pub trait Ledger: Send + Sync {
         reason: Option<&str>,
         now_ms: u64,
     ) -> Result<bool>;
+    /// The step records of run `run_id` (every key a drive of it claimed, of every trigger it ran with), ordered by
+    /// when each key was last attempted, then by key; empty for a run with none or not known. For a person looking
+    /// at one run (`flow show`), not for a drive.
+    fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>>;
     /// Ids of runs that are pending or running, sorted.
     fn unfinished_runs(&self) -> Result<Vec<String>>;
     /// Ids of paused runs, sorted.

@@ -1218,33 +1218,41 @@ fn from_sql(n: i64) -> u64 {
     n as u64
 }
 
-/// The step record of `key` and whether it was claimed durably.
-fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>> {
-    let mut stmt =
-        conn.prepare_cached(concat!("SELECT ", step_columns!(), " FROM steps WHERE key = ?1")).map_err(storage)?;
-    let row = stmt
-        .query_row([&key.0[..]], |r| {
-            Ok((
-                text(r, 0)?,
-                text(r, 1)?,
-                text(r, 2)?,
-                r.get::<_, Vec<u8>>(3)?,
-                r.get::<_, i64>(4)?,
-                text(r, 5)?,
-                text(r, 6)?,
-                (r.get::<_, i64>(7)?, r.get::<_, i64>(8)?, r.get::<_, i64>(9)?),
-                r.get::<_, Option<Vec<u8>>>(10)?,
-                r.get::<_, Option<String>>(11)?,
-                r.get::<_, bool>(12)?,
-            ))
-        })
-        .optional()
-        .map_err(storage)?;
-    let Some((run_id, step_id, action, hash, attempts, status, owner, (lease, fence, last), output, error, durable)) =
-        row
-    else {
-        return Ok(None);
-    };
+/// A step row's columns as read ([`step_columns!`] in order), before they are checked.
+type StepRow = (
+    CompactString,
+    CompactString,
+    CompactString,
+    Vec<u8>,
+    i64,
+    CompactString,
+    CompactString,
+    (i64, i64, i64),
+    Option<Vec<u8>>,
+    Option<String>,
+    bool,
+);
+
+/// Reads the [`step_columns!`] of a row, the first at `at`.
+fn step_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<StepRow> {
+    Ok((
+        text(r, at)?,
+        text(r, at + 1)?,
+        text(r, at + 2)?,
+        r.get::<_, Vec<u8>>(at + 3)?,
+        r.get::<_, i64>(at + 4)?,
+        text(r, at + 5)?,
+        text(r, at + 6)?,
+        (r.get::<_, i64>(at + 7)?, r.get::<_, i64>(at + 8)?, r.get::<_, i64>(at + 9)?),
+        r.get::<_, Option<Vec<u8>>>(at + 10)?,
+        r.get::<_, Option<String>>(at + 11)?,
+        r.get::<_, bool>(at + 12)?,
+    ))
+}
+
+/// The step record of `key` from its row, and whether it was claimed durably.
+fn step_record(key: &Key, row: StepRow) -> Result<(StepRecord, bool)> {
+    let (run_id, step_id, action, hash, attempts, status, owner, (lease, fence, last), output, error, durable) = row;
     let inputs_hash = <[u8; 32]>::try_from(hash.as_slice())
         .map_err(|_| corrupt(format!("an inputs hash of {} bytes", hash.len())))?;
     let attempt_count = u32::try_from(attempts).map_err(|_| corrupt(format!("attempt count {attempts}")))?;
@@ -1263,7 +1271,15 @@ fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>>
         output,
         error,
     };
-    Ok(Some((record, durable)))
+    Ok((record, durable))
+}
+
+/// The step record of `key` and whether it was claimed durably.
+fn load_step(conn: &Connection, key: &Key) -> Result<Option<(StepRecord, bool)>> {
+    let mut stmt =
+        conn.prepare_cached(concat!("SELECT ", step_columns!(), " FROM steps WHERE key = ?1")).map_err(storage)?;
+    let row = stmt.query_row([&key.0[..]], |r| step_row(r, 0)).optional().map_err(storage)?;
+    row.map(|row| step_record(key, row)).transpose()
 }
 
 /// A text column as a `CompactString`, read in place: up to 24 bytes it needs no heap block (a `String` would).
@@ -1962,6 +1978,28 @@ impl Ledger for SqliteLedger {
                 let (replay, replaced_trigger, replayed_ms) = row.map_err(storage)?;
                 let replay = u32::try_from(replay).map_err(|_| corrupt(format!("replay number {replay}")))?;
                 out.push(ReplayEntry { replay, replaced_trigger, replayed_ms: from_sql(replayed_ms) });
+            }
+            Ok(out)
+        })
+    }
+
+    fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+        // Every write of this connection is in the file (or in its open transaction, which its reads see): the read
+        // cache only ever holds what was written, so the rows are read as they are. The steps table is the same in
+        // every schema version.
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(concat!(
+                    "SELECT key, ",
+                    step_columns!(),
+                    " FROM steps WHERE run_id = ?1 ORDER BY last_attempt_ms, key"
+                ))
+                .map_err(storage)?;
+            let rows = stmt.query_map([run_id], |r| Ok((r.get::<_, Vec<u8>>(0)?, step_row(r, 1)?))).map_err(storage)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (key, row) = row.map_err(storage)?;
+                out.push(step_record(&key_of(&key)?, row)?.0);
             }
             Ok(out)
         })

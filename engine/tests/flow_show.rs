@@ -1,0 +1,154 @@
+//! `flow show`: everything the ledger holds about one run, as one JSON document, for a person deciding about a paused
+//! run or looking into a reported duplicate; and its refusals. The run is made by the engine on an on-disk ledger.
+#![cfg(not(madsim))]
+
+mod common;
+
+use common::*;
+use engine::connector::Connector;
+use engine::ledger::sqlite::{Options, SqliteLedger, Synchronous};
+use engine::ledger::{Ledger, RunRecord, RunStatus};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A new ledger at `path` (fixture writes: no fsync per commit).
+fn ledger_at(path: &Path) -> Arc<SqliteLedger> {
+    Arc::new(SqliteLedger::open(path, Options { synchronous: Synchronous::Normal, ..Options::default() }).unwrap())
+}
+
+/// `flow show`'s document of `run` in the ledger at `file`, which must be shown with nothing on standard error.
+fn shown(file: &str, run: &str) -> Value {
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", run]);
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON: {e}: {stdout}"))
+}
+
+/// A charge that succeeded, then a payout (at most once) whose answer was lost after it committed: the run paused at
+/// the payout. `show` gives the run, both keys with their attempts and outcomes, the payout marked as where the run
+/// waits, and, once a person marked it done (`flow resolve`), the decision; the file is only read.
+#[tokio::test]
+async fn show_gives_the_run_its_keys_and_the_decisions_about_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_at(&path);
+    let bank = Scripted::new(
+        "bank",
+        vec![keyed("charge", 60_000, false), at_most_once("payout")],
+        &[Fate::Apply, Fate::ApplyThenTimeout],
+    );
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "bank.charge", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "payout", "action": "bank.payout", "inputs": {"to": "{{trigger.email}}"}}
+    ]});
+    let e = engine(config("w1"), ledger.clone(), Recorder::new(), &[bank.clone() as Arc<dyn Connector>], &[], &[wf]);
+    let trigger = engine::doc!({"amount": 5, "email": "a@example.com"});
+    assert_eq!(e.start_run("wf", "r1", &trigger).await.unwrap(), RunStatus::Paused);
+    let records = ledger.run_steps("r1").unwrap();
+    drop(e);
+    drop(ledger);
+
+    let before = snapshot(dir.path());
+    let doc = shown(file, "r1");
+    assert_eq!(snapshot(dir.path()), before, "show changed the directory");
+    assert_eq!(doc["run_id"], "r1");
+    assert_eq!(doc["workflow"], "wf");
+    assert_eq!(doc["status"], "paused");
+    assert!(doc["reason"].as_str().unwrap().contains("at-most-once action may have applied"), "{doc:#}");
+    assert_eq!(doc["replays"], 0);
+    assert_eq!(doc["trigger"], json!({"amount": 5, "email": "a@example.com"}));
+    assert!(doc["created"].as_str().unwrap().ends_with('Z'), "{doc:#}");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{doc:#}");
+    let (charge, payout) = (&steps[0], &steps[1]);
+    assert_eq!(
+        (&charge["step"], &charge["action"], &charge["status"], &charge["attempts"]),
+        (&json!("charge"), &json!("bank.charge"), &json!("succeeded"), &json!(1))
+    );
+    assert_eq!(charge["output"]["id"], 1, "the API's answer as stored: {doc:#}");
+    assert_eq!(charge.get("error"), None);
+    assert_eq!(charge.get("paused_here"), None, "only the key the run waits at");
+    assert_eq!((&payout["step"], &payout["status"]), (&json!("payout"), &json!("unknown")));
+    assert_eq!(payout["paused_here"], true);
+    assert_eq!(payout["error"], "timeout after commit");
+    assert_eq!(payout.get("output"), None);
+    assert_eq!(payout["owner"], "w1");
+    for (step, record) in steps.iter().zip(&records) {
+        assert_eq!(step["key"], record.key.to_string());
+        assert_eq!(step["fence"], record.fence);
+        assert_eq!(step["inputs_hash"], engine::key::Key(record.inputs_hash).to_string());
+    }
+    assert_eq!(doc["decisions"], json!([]));
+    assert_eq!(doc["replay_history"], json!([]));
+
+    let (code, _, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "r1", "--mark-done", r#"{"id":"p-9"}"#, "--by", "pat"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    let doc = shown(file, "r1");
+    assert_eq!(doc["status"], "running");
+    let decisions = doc["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 1, "{doc:#}");
+    assert_eq!(
+        (&decisions[0]["by"], &decisions[0]["decision"], &decisions[0]["output"], &decisions[0]["key"]),
+        (&json!("pat"), &json!("mark-done"), &json!({"id": "p-9"}), &doc["steps"][1]["key"])
+    );
+    assert_eq!(doc["steps"][1].get("paused_here"), None, "the run no longer waits");
+}
+
+/// Stored text that would rewrite a terminal or forge a line (DEL, a C1 control, a line separator, a bidirectional
+/// override, which JSON leaves raw inside a string) is written with JSON's own `\uXXXX`: the same document.
+#[test]
+fn show_escapes_what_json_leaves_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_at(&path);
+    let text = "a\u{2028}b\u{202e}c\u{7f}\u{9b}31m";
+    let trigger = serde_json::to_vec(&json!({"n": text})).unwrap();
+    let run = RunRecord {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        status: RunStatus::Succeeded,
+        trigger,
+        reason: Some(format!("why: {text}")),
+        created_ms: 1_714_564_800_123,
+        updated_ms: 1_714_564_800_123,
+        replays: 0,
+    };
+    ledger.create_run(run).unwrap();
+    drop(ledger);
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r1"]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    for raw in ['\u{2028}', '\u{202e}', '\u{7f}', '\u{9b}'] {
+        assert!(!stdout.contains(raw), "{raw:?} written raw: {stdout:?}");
+    }
+    assert!(stdout.contains(r#""n": "a\u2028b\u202ec\u007f\u009b31m""#), "{stdout}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["trigger"]["n"], text);
+    assert_eq!(doc["reason"], format!("why: {text}"));
+    assert_eq!(doc["created"], "2024-05-01T12:00:00.123Z");
+    assert_eq!(doc["steps"], json!([]));
+}
+
+/// A blank `--run` is refused before the file is opened, a run the ledger does not hold is named, and a file that is
+/// not a ledger is refused: each exit 2, nothing on standard output, the directory as it was.
+#[test]
+fn show_refuses_what_names_no_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_at(&path));
+    let before = snapshot(dir.path());
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", " "]);
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (2, "", "flow: --run must name a run\n"));
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "nope"]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(stderr.contains("no run \"nope\" in this ledger"), "{stderr}");
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, "not a ledger").unwrap();
+    let (code, stdout, stderr) = flow(&["show", "--ledger", other.to_str().unwrap(), "--run", "r1"]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    std::fs::remove_file(&other).unwrap();
+    assert_eq!(snapshot(dir.path()), before);
+}
