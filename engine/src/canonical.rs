@@ -124,7 +124,7 @@ const MESSAGE_DIGITS_MAX: usize = 40;
 /// without the run's trailing zeros), `…`, its last three digits and its length: the integer 17976931348623158 x
 /// 10^292 is `17976931348623158…000 (309 digits)`. For error messages only: what a number is stays recognisable and
 /// the message stays one short line.
-fn shorten_digits(text: &str) -> String {
+pub fn shorten_digits(text: &str) -> String {
     const HEAD_MAX: usize = MESSAGE_DIGITS_MAX - 4;
     const TAIL: usize = 3;
     let mut out = String::with_capacity(text.len().min(2 * MESSAGE_DIGITS_MAX));

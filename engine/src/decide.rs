@@ -313,8 +313,9 @@ fn after_indeterminate(input: &Input<'_>, record: &StepRecord, why: &str, attemp
     if error.starts_with(UNSTORABLE_MARK) {
         return Decision::Pause(evidence(
             record,
-            "the API says the step applied, but its output cannot be stored; a person must decide (mark the step \
-             done with an output that can be stored, or abort)",
+            "the API says the step applied, but its output cannot be stored; a person must decide: mark the step \
+             done with an output that can be stored (the answer is at the end), or abort (a retry would send the step \
+             again: a keyed API answers the same, another may apply it a second time)",
         ));
     }
     match input.spec.class {

@@ -156,8 +156,9 @@ pub enum Error {
     },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
-    /// The output a person's decision gives to mark a step done cannot be canonicalised (as a step's output must
-    /// be, to be stored and compared): the decision is refused, nothing written.
+    /// The output a person's decision gives to mark a step done cannot be stored ([`mark_done_output`]: it cannot be
+    /// canonicalised, as a step's output must be to be stored and compared, or it nests too deep): the decision is
+    /// refused, nothing written.
     MarkDoneOutput(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
     Corrupt(String),
@@ -186,7 +187,7 @@ impl std::fmt::Display for Error {
                 status.as_str()
             ),
             Error::Trigger(e) => write!(f, "the trigger cannot be canonicalised: {e}"),
-            Error::MarkDoneOutput(e) => write!(f, "the output to mark the step done with cannot be canonicalised: {e}"),
+            Error::MarkDoneOutput(e) => write!(f, "the output to mark the step done with cannot be stored: {e}"),
             Error::Corrupt(what) => write!(f, "the ledger holds an unreadable record: {what}"),
         }
     }
@@ -472,6 +473,50 @@ pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
     paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))
 }
 
+/// The deepest nesting a mark-done output may have: a ledger files the decision inside two more levels (SQLite as
+/// `{"MarkDone":{"output":...}}`) and reads it back with serde_json, which reads at most 127 levels, so a deeper
+/// output would be filed and then never read back, leaving the run running with a decision no drive can apply.
+pub const MARK_DONE_DEPTH_MAX: usize = 125;
+
+/// The canonical form of a person's mark-done output, or why it cannot be a step's output: it cannot be canonicalised
+/// (a number no double holds exactly, say), or it nests deeper than [`MARK_DONE_DEPTH_MAX`]. [`record_resolution`]
+/// and `flow resolve --mark-done` refuse such an output before anything is written.
+pub fn mark_done_output(output: &serde_json::Value) -> Result<Vec<u8>, canonical::Error> {
+    let bytes = canonical::to_vec(output)?;
+    match deeper_than(&bytes, MARK_DONE_DEPTH_MAX) {
+        Some(offset) => Err(canonical::Error::TooDeep { depth_max: MARK_DONE_DEPTH_MAX, offset }),
+        None => Ok(bytes),
+    }
+}
+
+/// The offset of the first array or object in JSON text `json` that opens more than `max` levels deep, if any.
+fn deeper_than(json: &[u8], max: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (offset, &byte) in json.iter().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(offset);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Records a person's decision about paused run `run_id` (the engine API and the `flow` admin CLI both use this):
 /// the resolution is filed against the key the run paused at (named in the pause reason), stamped strictly after
 /// that key's last attempt. An abort fails the run at once ("aborted by <by>"); mark-done and retry set the run
@@ -488,7 +533,7 @@ pub fn record_resolution(
     // A step's output is stored canonical: an output that cannot be would leave the run running with a decision no
     // drive can apply.
     if let Resolution::MarkDone { output } = resolution {
-        canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
+        mark_done_output(output).map_err(Error::MarkDoneOutput)?;
     }
     let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
     let at_ms = now_ms.max(last_attempt_ms + 1);
@@ -511,6 +556,32 @@ pub fn record_resolution(
 
 /// The key named at the end of a pause reason (kept here too: the `flow` CLI and embedders found it here first).
 pub use crate::ledger::paused_key;
+
+/// The most of an unstorable answer a pause reason shows, in bytes of its JSON.
+const UNSTORABLE_SHOWN_MAX: usize = 600;
+
+/// The reason recorded, marked [`decide::UNSTORABLE_MARK`], when an API's answer that the step applied (`what` says
+/// which) holds an `output` that cannot be canonicalised (`e`), so cannot be stored as the key's output. Said in the
+/// engine's words (the parser's advice to send a number as a string is for whoever sends the JSON, here the API, and
+/// its offset is into text never stored), with the answer itself, shortened, from which a person can mark the step
+/// done.
+fn unstorable_reason(what: &str, output: &Doc, e: &canonical::Error) -> String {
+    let why = match e {
+        canonical::Error::NumberOutOfRange { text, .. } => {
+            format!("it holds the number {}, which no IEEE-754 double holds exactly", canonical::shorten_digits(text))
+        }
+        canonical::Error::TooDeep { depth_max, .. } => format!("it nests deeper than {depth_max} levels"),
+        other => other.to_string(),
+    };
+    let mut answer = serde_json::Value::from(output).to_string();
+    if answer.len() > UNSTORABLE_SHOWN_MAX {
+        let cut = (0..=UNSTORABLE_SHOWN_MAX).rev().find(|&i| answer.is_char_boundary(i)).unwrap_or(0);
+        let total = answer.len();
+        answer.truncate(cut);
+        answer.push_str(&format!("… ({total} bytes)"));
+    }
+    format!("{}{what}, but its output cannot be stored ({why}); the answer: {answer}", decide::UNSTORABLE_MARK)
+}
 
 /// The key sent to the connector by the naive policy: a fresh one per attempt.
 pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {
@@ -1330,6 +1401,23 @@ impl Engine {
                             );
                             return Ok(End::Paused { reason, key });
                         }
+                        // Refused when it is filed ([`record_resolution`]); an older build filed it unchecked. The
+                        // run waits for a decision it can apply (neither applied nor reported as applied), and the
+                        // other runs go on.
+                        let done_output = match &resolution.resolution {
+                            Resolution::MarkDone { output } => match canonical::to_vec(output) {
+                                Ok(bytes) => Some(bytes),
+                                Err(e) => {
+                                    let reason = format!(
+                                        "{reason}; the decision to mark the step done by {} gives an output that \
+                                         cannot be stored ({e}): a person must decide again [key {key}]",
+                                        resolution.by
+                                    );
+                                    return Ok(End::Paused { reason, key });
+                                }
+                            },
+                            Resolution::Retry | Resolution::Abort => None,
+                        };
                         resolution_used = true;
                         self.observer.event(&Event::RunResolved {
                             run_id,
@@ -1345,19 +1433,7 @@ impl Engine {
                                 person_retry_at_ms = resolution.at_ms;
                             }
                             Resolution::MarkDone { output } => {
-                                // Refused when it is filed ([`record_resolution`]); an older build filed it unchecked.
-                                // The run waits for a decision it can apply, and the other runs go on.
-                                let bytes = match canonical::to_vec(&output) {
-                                    Ok(bytes) => bytes,
-                                    Err(e) => {
-                                        let reason = format!(
-                                            "{reason}; the decision to mark the step done by {} gives an output that \
-                                             cannot be stored ({e}): a person must decide again [key {key}]",
-                                            resolution.by
-                                        );
-                                        return Ok(End::Paused { reason, key });
-                                    }
-                                };
+                                let bytes = done_output.unwrap_or_default();
                                 let fence = record.as_ref().map_or(0, |r| r.fence);
                                 match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
                                     Claimed::Granted { fence, .. } => {
@@ -1514,10 +1590,7 @@ impl Engine {
                 Outcome::Applied(output) => match canonical::to_vec(output) {
                     Ok(bytes) => Completion::Succeeded { output: bytes },
                     Err(e) => Completion::Unknown {
-                        reason: format!(
-                            "{}applied, but the output cannot be canonicalised: {e}",
-                            decide::UNSTORABLE_MARK
-                        ),
+                        reason: unstorable_reason("the API answered that the step applied", output, &e),
                     },
                 },
                 Outcome::NotApplied(n) => {
@@ -1607,10 +1680,7 @@ impl Engine {
                 let bytes = match canonical::to_vec(&output) {
                     Ok(b) => b,
                     Err(e) => {
-                        let reason = format!(
-                            "{}lookup found a record that cannot be canonicalised: {e}",
-                            decide::UNSTORABLE_MARK
-                        );
+                        let reason = unstorable_reason("a lookup found the record the step created", &output, &e);
                         self.complete_or_lost(&key, fence, Completion::Unknown { reason }, now_ms)?;
                         return Ok(Looked::Go);
                     }

@@ -492,7 +492,11 @@ fn compile_string(text: &str, earlier: &[&str]) -> Result<Template, String> {
         let after = &rest[open + 2..];
         if after.starts_with('{') {
             // Three braces: no reference starts with `{`. Most likely a template language's raw-value form.
-            let shown = after.find("}}").map_or(&rest[open..], |close| &rest[open..open + 2 + close + 2]);
+            // Quoted as written: to the end of the reference and any braces that close it (`{{{x}}}`).
+            let shown = after.find("}}").map_or(&rest[open..], |close| {
+                let end = open + 2 + close + 2;
+                &rest[open..end + rest[end..].bytes().take_while(|b| *b == b'}').count()]
+            });
             return Err(format!(
                 "`{shown}` opens a reference with three braces: a reference is written `{{{{trigger...}}}}` or \
                  `{{{{steps...}}}}` (there is no raw-value form; every value is inserted as it is), and `{{{{{{{{` \

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use engine::connector::Connector;
-use engine::executor::Error;
+use engine::executor::{Error, MARK_DONE_DEPTH_MAX};
 use engine::ledger::{Resolution, ResolutionRecord, RunStatus, Status, paused_key};
 use serde_json::json;
 use std::sync::Arc;
@@ -40,7 +40,8 @@ async fn one_run_that_cannot_be_driven_does_not_stop_the_others() {
 
 /// A mark-done decision an older build filed without checking its output (an integer no double holds, which this
 /// build refuses when the decision is made): the drive that would apply it pauses the run again, saying why, instead
-/// of failing with an error; the other runs are resumed; a person's new decision then applies. Before: the drive
+/// of failing with an error, and it is not reported as applied; the other runs are resumed; a person's new decision
+/// then applies. Before: the drive
 /// failed with `Error::MarkDoneOutput`, the run stayed running, and `resume_unfinished` stopped there on every
 /// restart.
 #[tokio::test]
@@ -48,8 +49,9 @@ async fn a_stored_mark_done_whose_output_cannot_be_stored_pauses_the_run_again()
     for (name, ledger) in ledgers() {
         let api = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
         let connectors: [Arc<dyn Connector>; 1] = [api.clone()];
+        let recorder = Recorder::new();
         let e =
-            engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[one_step("wf", "bank.payout")]);
+            engine(config("w1"), ledger.clone(), recorder.clone(), &connectors, &[], &[one_step("wf", "bank.payout")]);
         let trigger = engine::doc!({"amount": 1, "email": "x"});
         assert_eq!(e.start_run("wf", "a", &trigger).await.unwrap(), RunStatus::Paused, "{name}");
         let reason = ledger.get_run("a").unwrap().unwrap().reason.expect("a pause reason");
@@ -74,10 +76,50 @@ async fn a_stored_mark_done_whose_output_cannot_be_stored_pauses_the_run_again()
         assert!(reason.contains("old-build gives an output that cannot be stored"), "{name}: {reason}");
         assert_eq!(paused_key(&reason), Some(key), "{name}: paused at the same key");
         assert_eq!(ledger.get(&key).unwrap().unwrap().status, Status::Unknown, "{name}: nothing recorded as done");
+        // Not applied, so not reported to the observer as a person's decision applied (QA, stop 48: it was).
+        assert_eq!(recorder.count("resolved "), 0, "{name}: {:?}", recorder.lines());
 
         let status = e.resolve("a", Resolution::MarkDone { output: json!({"ref": 7}) }, "pat").await.unwrap();
         assert_eq!(status, RunStatus::Succeeded, "{name}");
         assert_eq!(ledger.get(&key).unwrap().unwrap().output.as_deref(), Some(&br#"{"ref":7}"#[..]), "{name}");
         assert_eq!(api.calls().len(), 2, "{name}: the payout was sent once, and b's once");
     }
+}
+
+/// A mark-done output nested deeper than a ledger can read back inside the decision's record (the SQLite ledger
+/// files it two levels down and reads it with serde_json, which stops at 127) is refused when the decision is made, by
+/// the engine and by `flow resolve` (exit 2), nothing written; one level less is filed and applied on every ledger.
+/// Before (QA, stop 48): a 127-level output was filed, every drive of the run then failed to read it back, and the run
+/// stayed running with no way to decide again.
+#[tokio::test]
+async fn a_mark_done_output_too_deep_to_read_back_is_refused() {
+    let nested = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
+        let connectors: [Arc<dyn Connector>; 1] = [api.clone()];
+        let e =
+            engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[one_step("wf", "bank.payout")]);
+        assert_eq!(e.start_run("wf", "a", &engine::doc!({"amount": 1})).await.unwrap(), RunStatus::Paused);
+        let too_deep = e.resolve("a", Resolution::MarkDone { output: nested(MARK_DONE_DEPTH_MAX + 1) }, "pat").await;
+        let Err(Error::MarkDoneOutput(refusal)) = too_deep else { panic!("{name}: not refused: {too_deep:?}") };
+        assert!(refusal.to_string().contains("nesting deeper than 125 levels"), "{name}: {refusal}");
+        assert!(ledger.resolutions("a").unwrap().is_empty(), "{name}: nothing written");
+        assert_eq!(ledger.get_run("a").unwrap().unwrap().status, RunStatus::Paused, "{name}");
+        let deepest = nested(MARK_DONE_DEPTH_MAX);
+        let status = e.resolve("a", Resolution::MarkDone { output: deepest.clone() }, "pat").await.unwrap();
+        assert_eq!(status, RunStatus::Succeeded, "{name}");
+        let key = ledger.resolutions("a").unwrap()[0].key;
+        assert_eq!(ledger.get(&key).unwrap().unwrap().output, Some(deepest.to_string().into_bytes()), "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    drop(ledger_with_paused_runs(&path, &["held"]));
+    let before = snapshot(dir.path());
+    let output = nested(MARK_DONE_DEPTH_MAX + 1).to_string();
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "held", "--mark-done", &output, "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(stderr.contains("nesting deeper than 125 levels"), "{stderr}");
+    assert_eq!(snapshot(dir.path()), before, "nothing written");
 }

@@ -1067,3 +1067,41 @@ async fn the_engine_is_shareable_and_its_futures_are_send() {
     drop(send(engine.replay("r0", &engine::doc!({}))));
     drop(send(engine.resume_unfinished()));
 }
+
+/// An answer that the step applied whose output cannot be stored pauses the run with a reason a person can act on: in
+/// the engine's words (not the parser's advice to the sender, nor an offset into text never stored), with the answer
+/// itself, from which the person marks the step done; that applies once, with no call sent again (QA, stop 48).
+#[tokio::test]
+async fn an_unstorable_answer_pauses_with_the_answer_to_mark_done_from() {
+    for (name, ledger) in ledgers() {
+        for (spec, script, what) in [
+            (keyed("charge", 60_000, false), Fate::ApplyUnstorable, "the API answered that the step applied"),
+            (lookup("charge", 0), Fate::ApplyUnstorableThenTimeout, "a lookup found the record the step created"),
+        ] {
+            let api = Scripted::new("api", vec![spec], &[script]);
+            let e = engine(
+                config("w1"),
+                ledger.clone(),
+                Recorder::new(),
+                &[api.clone()],
+                &[],
+                &[one_step("wf", "api.charge")],
+            );
+            let run_id = format!("r-{what}");
+            assert_eq!(e.start_run("wf", &run_id, &engine::doc!({"amount": 5})).await.unwrap(), RunStatus::Paused);
+            let reason = ledger.get_run(&run_id).unwrap().unwrap().reason.unwrap();
+            let says = format!(
+                "[unstorable] {what}, but its output cannot be stored (it holds the number 18446744073709551615, \
+                 which no IEEE-754 double holds exactly); the answer: {{"
+            );
+            assert!(reason.contains(&says), "{name}: {reason}");
+            assert!(reason.contains(r#""ref":18446744073709551615"#), "{name}: {reason}");
+            assert!(reason.contains("a retry would send the step again"), "{name}: {reason}");
+            assert!(!reason.contains("send it as a string") && !reason.contains("at byte"), "{name}: {reason}");
+            let calls = api.calls().len();
+            let done = Resolution::MarkDone { output: json!({"id": 1, "ref": "18446744073709551615"}) };
+            assert_eq!(e.resolve(&run_id, done, "pat").await.unwrap(), RunStatus::Succeeded, "{name}");
+            assert_eq!((api.calls().len(), api.effects().len()), (calls, 1), "{name}: nothing sent again");
+        }
+    }
+}

@@ -64,9 +64,11 @@
 //! it when it opens it) and this user may write it and its `-wal` and `-shm`, and create them in its directory when
 //! they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON
 //! parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be
-//! keyed by (a repeated member name, an integer no double holds exactly). It may be any JSON value, not only an
-//! object: a step's output is the API's answer as the engine stored it ([`engine::connector::Outcome::Applied`] holds
-//! any document), and templates read any value (a path into one that has no such member renders as `null`).
+//! keyed by (a repeated member name, an integer no double holds exactly), and an output nested deeper than the ledger
+//! can read back inside the decision's record ([`engine::executor::MARK_DONE_DEPTH_MAX`], 125 levels). It may be any
+//! JSON value, not only an object: a step's output is the API's answer as the engine stored it
+//! ([`engine::connector::Outcome::Applied`] holds any document), and templates read any value (a path into one that
+//! has no such member renders as `null`).
 
 use clap::{ArgGroup, Parser, Subcommand};
 use engine::clock::{Clock, SystemClock};
@@ -459,6 +461,8 @@ fn main() -> ExitCode {
                 Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
                 // A write that waited out another connection's lock says so (the ledger's message), named here.
                 Err(engine::executor::Error::Ledger(e)) => ledger_refusal(&path, &e).fail(),
+                // Bad input that `parse_output` lets through would be a bug there; still bad input, nothing written.
+                Err(e @ engine::executor::Error::MarkDoneOutput(_)) => fail(2, &format!("{}: {e}", path.display())),
                 Err(e) => fail(1, &format!("{}: {e}", path.display())),
             }
         }
@@ -742,7 +746,10 @@ fn json_escaped(text: &str, keep: impl Fn(char) -> bool) -> String {
 /// Plain serde_json would keep the last of a repeated member and round an integer no double holds into another one.
 fn parse_output(json: &str) -> Result<serde_json::Value, String> {
     let canonical = engine::canonical::canonicalize_bytes(json.as_bytes()).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&canonical).map_err(|e| e.to_string())
+    let output = serde_json::from_slice(&canonical).map_err(|e| e.to_string())?;
+    // What the engine refuses to file as a mark-done output (nested too deep to be read back), refused here first.
+    engine::executor::mark_done_output(&output).map_err(|e| e.to_string())?;
+    Ok(output)
 }
 
 /// Whether `c` is written escaped in a field of `flow`'s output ([`field`]): a backslash (so that an escape can be
