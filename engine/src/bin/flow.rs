@@ -484,20 +484,26 @@ fn older_schema(path: &Path, version: i64) -> String {
     )
 }
 
+/// The ledger at `path`, opened to read only, and its record of run `run`; or the exit code of the refusal, said: a
+/// blank `--run` (refused before anything is opened, as `resolve` refuses it), a file that is no ledger, a run it
+/// does not hold (exit 2), a storage error (exit 1).
+fn read_run(path: &Path, run: &str) -> Result<(SqliteLedger, engine::ledger::RunRecord), ExitCode> {
+    if !engine::ledger::names_someone(run) {
+        return Err(fail(2, "--run must name a run"));
+    }
+    let ledger = open_read_only(path).map_err(|refusal| refusal.fail())?;
+    match ledger.get_run(run) {
+        Ok(Some(record)) => Ok((ledger, record)),
+        Ok(None) => Err(fail(2, &format!("{}: no run {run:?} in this ledger", path.display()))),
+        Err(e) => Err(ledger_refusal(path, &e).fail()),
+    }
+}
+
 /// `flow replays`: the replays of run `run` in the ledger at `path`, one a line (see the module doc).
 fn replays(path: &Path, run: &str) -> ExitCode {
-    // Bad input is refused before anything is opened, as `resolve` refuses it.
-    if !engine::ledger::names_someone(run) {
-        return fail(2, "--run must name a run");
-    }
-    let ledger = match open_read_only(path) {
-        Ok(l) => l,
-        Err(refusal) => return refusal.fail(),
-    };
-    let record = match ledger.get_run(run) {
-        Ok(Some(record)) => record,
-        Ok(None) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
-        Err(e) => return ledger_refusal(path, &e).fail(),
+    let (ledger, record) = match read_run(path, run) {
+        Ok(read) => read,
+        Err(code) => return code,
     };
     let history = match ledger.replay_history(run) {
         Ok(history) => history,
@@ -595,19 +601,11 @@ fn stored_json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(bytes).into()))
 }
 
+/// `flow show`: everything the ledger at `path` holds about run `run`, as one JSON document (see the module doc).
 fn show(path: &Path, run: &str) -> ExitCode {
-    // Bad input is refused before anything is opened, as `resolve` refuses it.
-    if !engine::ledger::names_someone(run) {
-        return fail(2, "--run must name a run");
-    }
-    let ledger = match open_read_only(path) {
-        Ok(l) => l,
-        Err(refusal) => return refusal.fail(),
-    };
-    let record = match ledger.get_run(run) {
-        Ok(Some(record)) => record,
-        Ok(None) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
-        Err(e) => return ledger_refusal(path, &e).fail(),
+    let (ledger, record) = match read_run(path, run) {
+        Ok(read) => read,
+        Err(code) => return code,
     };
     let read = (ledger.run_steps(run), ledger.resolutions(run), ledger.replay_history(run));
     let (steps, decisions, history) = match read {
