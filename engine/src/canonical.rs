@@ -117,6 +117,35 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The offset of the first array or object in JSON text `json` that opens more than `max` levels deep, if any (a
+/// scan of the bytes, strings skipped; for text known to be JSON, such as a stored document).
+pub fn deeper_than(json: &[u8], max: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (offset, &byte) in json.iter().enumerate() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(offset);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Most digits in a row that an error message prints whole; a longer run is shortened by [`shorten_digits`].
 const MESSAGE_DIGITS_MAX: usize = 40;
 

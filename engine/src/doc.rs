@@ -160,9 +160,33 @@ impl From<Arc<str>> for Str {
 /// Parses JSON text, as `serde_json::from_slice` does, but checks that the bytes are UTF-8 once, for the whole text:
 /// parsing a byte slice, serde_json checks every string it reads on its own (some 95 instructions each, 2.8 strings
 /// per simulated step). Text that is not UTF-8 is refused with the position of the first bad byte.
+/// Nested as deep as the canonical writer accepts ([`crate::canonical::DEPTH_MAX`]) it is read, where serde_json
+/// alone stops one level short: see [`from_str_deep`].
 pub fn from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
     let text = std::str::from_utf8(bytes).map_err(<serde_json::Error as serde::de::Error>::custom)?;
-    serde_json::from_str(text)
+    from_str_deep(text, crate::canonical::DEPTH_MAX)
+}
+
+/// Parses JSON text nested at most `depth_max` levels, as `serde_json::from_str` does. serde_json alone reads at
+/// most 127 levels, one short of what the canonical writer accepts, so a document stored canonical (an API's answer,
+/// a trigger, a plan) could be written and then never read back, failing every drive that needs it; and a ledger
+/// files a person's decision two levels below its output. Text nested deeper than `depth_max` is refused before it is
+/// parsed, so the parse's recursion has that bound however the text was damaged. Text shorter than 256 bytes cannot
+/// nest 128 levels, and is parsed at once.
+pub fn from_str_deep<T: serde::de::DeserializeOwned>(text: &str, depth_max: usize) -> Result<T, serde_json::Error> {
+    if text.len() < 256 {
+        return serde_json::from_str(text);
+    }
+    if let Some(offset) = crate::canonical::deeper_than(text.as_bytes(), depth_max) {
+        return Err(<serde_json::Error as serde::de::Error>::custom(format!(
+            "nesting deeper than {depth_max} levels at byte {offset}"
+        )));
+    }
+    let mut parser = serde_json::Deserializer::from_str(text);
+    parser.disable_recursion_limit();
+    let value = T::deserialize(&mut parser)?;
+    parser.end()?;
+    Ok(value)
 }
 
 // A member is a name and a value in 48 bytes: a string held inline leaves a document no larger than a shared one.

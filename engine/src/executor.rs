@@ -156,9 +156,8 @@ pub enum Error {
     },
     /// The trigger cannot be canonicalised.
     Trigger(canonical::Error),
-    /// The output a person's decision gives to mark a step done cannot be stored ([`mark_done_output`]: it cannot be
-    /// canonicalised, as a step's output must be to be stored and compared, or it nests too deep): the decision is
-    /// refused, nothing written.
+    /// The output a person's decision gives to mark a step done cannot be canonicalised (as a step's output must be,
+    /// to be stored and compared): the decision is refused, nothing written.
     MarkDoneOutput(canonical::Error),
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
     Corrupt(String),
@@ -473,50 +472,6 @@ pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
     paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))
 }
 
-/// The deepest nesting a mark-done output may have: a ledger files the decision inside two more levels (SQLite as
-/// `{"MarkDone":{"output":...}}`) and reads it back with serde_json, which reads at most 127 levels, so a deeper
-/// output would be filed and then never read back, leaving the run running with a decision no drive can apply.
-pub const MARK_DONE_DEPTH_MAX: usize = 125;
-
-/// The canonical form of a person's mark-done output, or why it cannot be a step's output: it cannot be canonicalised
-/// (a number no double holds exactly, say), or it nests deeper than [`MARK_DONE_DEPTH_MAX`]. [`record_resolution`]
-/// and `flow resolve --mark-done` refuse such an output before anything is written.
-pub fn mark_done_output(output: &serde_json::Value) -> Result<Vec<u8>, canonical::Error> {
-    let bytes = canonical::to_vec(output)?;
-    match deeper_than(&bytes, MARK_DONE_DEPTH_MAX) {
-        Some(offset) => Err(canonical::Error::TooDeep { depth_max: MARK_DONE_DEPTH_MAX, offset }),
-        None => Ok(bytes),
-    }
-}
-
-/// The offset of the first array or object in JSON text `json` that opens more than `max` levels deep, if any.
-fn deeper_than(json: &[u8], max: usize) -> Option<usize> {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (offset, &byte) in json.iter().enumerate() {
-        if in_string {
-            match byte {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match byte {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Some(offset);
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    None
-}
-
 /// Records a person's decision about paused run `run_id` (the engine API and the `flow` admin CLI both use this):
 /// the resolution is filed against the key the run paused at (named in the pause reason), stamped strictly after
 /// that key's last attempt. An abort fails the run at once ("aborted by <by>"); mark-done and retry set the run
@@ -533,7 +488,7 @@ pub fn record_resolution(
     // A step's output is stored canonical: an output that cannot be would leave the run running with a decision no
     // drive can apply.
     if let Resolution::MarkDone { output } = resolution {
-        mark_done_output(output).map_err(Error::MarkDoneOutput)?;
+        canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
     }
     let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
     let at_ms = now_ms.max(last_attempt_ms + 1);

@@ -6,8 +6,10 @@ mod common;
 
 use common::*;
 use engine::connector::Connector;
-use engine::executor::{Error, MARK_DONE_DEPTH_MAX};
-use engine::ledger::{Resolution, ResolutionRecord, RunStatus, Status, paused_key};
+use engine::event::CrashPoint;
+use engine::executor::Error;
+use engine::ledger::sqlite::SqliteLedger;
+use engine::ledger::{Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -86,26 +88,27 @@ async fn a_stored_mark_done_whose_output_cannot_be_stored_pauses_the_run_again()
     }
 }
 
-/// A mark-done output nested deeper than a ledger can read back inside the decision's record (the SQLite ledger
-/// files it two levels down and reads it with serde_json, which stops at 127) is refused when the decision is made, by
-/// the engine and by `flow resolve` (exit 2), nothing written; one level less is filed and applied on every ledger.
-/// Before (QA, stop 48): a 127-level output was filed, every drive of the run then failed to read it back, and the run
-/// stayed running with no way to decide again.
+/// A mark-done output nested as deep as a canonical document may be (128 levels) is filed, read back and applied on
+/// every ledger, by the engine and by `flow resolve`; one level more is refused before anything is written (exit 2
+/// for `flow`). Before (QA, stop 48): the SQLite ledger files the decision two levels below its output and read it back
+/// with serde_json, which stops at 127 levels, so a 127-level output was filed and never read back: every drive of the
+/// run failed, and the run stayed running with no way to decide again.
 #[tokio::test]
-async fn a_mark_done_output_too_deep_to_read_back_is_refused() {
+async fn a_mark_done_output_as_deep_as_a_canonical_document_is_applied() {
     let nested = |levels: usize| (0..levels).fold(json!(1), |inner, _| json!([inner]));
+    let depth_max = engine::canonical::DEPTH_MAX;
     for (name, ledger) in ledgers() {
         let api = Scripted::new("bank", vec![at_most_once("payout")], &[Fate::ApplyThenTimeout]);
         let connectors: [Arc<dyn Connector>; 1] = [api.clone()];
         let e =
             engine(config("w1"), ledger.clone(), Recorder::new(), &connectors, &[], &[one_step("wf", "bank.payout")]);
         assert_eq!(e.start_run("wf", "a", &engine::doc!({"amount": 1})).await.unwrap(), RunStatus::Paused);
-        let too_deep = e.resolve("a", Resolution::MarkDone { output: nested(MARK_DONE_DEPTH_MAX + 1) }, "pat").await;
+        let too_deep = e.resolve("a", Resolution::MarkDone { output: nested(depth_max + 1) }, "pat").await;
         let Err(Error::MarkDoneOutput(refusal)) = too_deep else { panic!("{name}: not refused: {too_deep:?}") };
-        assert!(refusal.to_string().contains("nesting deeper than 125 levels"), "{name}: {refusal}");
+        assert!(refusal.to_string().contains("nesting deeper than 128 levels"), "{name}: {refusal}");
         assert!(ledger.resolutions("a").unwrap().is_empty(), "{name}: nothing written");
         assert_eq!(ledger.get_run("a").unwrap().unwrap().status, RunStatus::Paused, "{name}");
-        let deepest = nested(MARK_DONE_DEPTH_MAX);
+        let deepest = nested(depth_max);
         let status = e.resolve("a", Resolution::MarkDone { output: deepest.clone() }, "pat").await.unwrap();
         assert_eq!(status, RunStatus::Succeeded, "{name}");
         let key = ledger.resolutions("a").unwrap()[0].key;
@@ -114,12 +117,51 @@ async fn a_mark_done_output_too_deep_to_read_back_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
-    drop(ledger_with_paused_runs(&path, &["held"]));
+    drop(ledger_with_paused_runs(&path, &["held", "other"]));
     let before = snapshot(dir.path());
-    let output = nested(MARK_DONE_DEPTH_MAX + 1).to_string();
+    let output = nested(depth_max + 1).to_string();
     let (code, stdout, stderr) =
         flow(&["resolve", "--ledger", file, "--run", "held", "--mark-done", &output, "--by", "ann"]);
     assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
-    assert!(stderr.contains("nesting deeper than 125 levels"), "{stderr}");
+    assert!(stderr.contains("nesting deeper than 128 levels"), "{stderr}");
     assert_eq!(snapshot(dir.path()), before, "nothing written");
+    let output = nested(depth_max).to_string();
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "held", "--mark-done", &output, "--by", "ann"]);
+    assert_eq!((code, stdout.as_str(), stderr.as_str()), (0, "run held is now running\n", ""));
+    let ledger = SqliteLedger::open(&path, Default::default()).unwrap();
+    let filed = ledger.resolutions("held").unwrap();
+    assert_eq!(filed[0].resolution, Resolution::MarkDone { output: nested(depth_max) }, "read back whole");
+}
+
+/// An API's answer nested 128 levels, which the canonical writer accepts and the ledger stores, is read back when a
+/// later drive needs it (a step names it): before, serde_json stopped at 127 levels and every re-drive of the run
+/// failed with "the ledger holds an unreadable record".
+#[tokio::test]
+async fn an_answer_as_deep_as_a_canonical_document_is_read_back() {
+    // The answer is `{"id": .., "action": .., "inputs": {"deep": nested}}`: two levels above `nested`.
+    let nested = (0..engine::canonical::DEPTH_MAX - 2).fold(json!(1), |inner, _| json!([inner]));
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("bank", vec![keyed("charge", 60_000, false), keyed("notify", 60_000, false)], &[]);
+        let wf = json!({"name": "wf", "steps": [
+            {"id": "a", "action": "bank.charge", "inputs": {"deep": "{{trigger.deep}}"}},
+            {"id": "b", "action": "bank.notify", "inputs": {"of": "{{steps.a.output.inputs.deep}}"}}
+        ]});
+        let connectors = [api.clone() as Arc<dyn Connector>];
+        // The first worker crashes before step b's call, after a's answer is stored.
+        let crashing = Recorder::halting_at(CrashPoint::BeforeCall, 2);
+        let e =
+            engine(short_lease("w1"), ledger.clone(), crashing.clone(), &connectors, &[], std::slice::from_ref(&wf));
+        let trigger = engine::doc!({"deep": nested.clone()});
+        e.create_run("wf", "r", &trigger).unwrap();
+        assert_eq!(drive_until_halt(&e, &crashing, "r").await, None, "{name}: crashed");
+        let stored = &ledger.run_steps("r").unwrap()[0];
+        let output = stored.output.as_deref().unwrap();
+        assert!(engine::canonical::deeper_than(output, 127).is_some(), "{name}: the answer nests 128 levels");
+        assert_eq!(engine::canonical::deeper_than(output, 128), None, "{name}");
+        // Another worker resumes the run: it reads the stored trigger and answer back, replays a and sends b.
+        let e = engine(config("w2"), ledger.clone(), Recorder::new(), &connectors, &[], &[wf]);
+        assert_eq!(resume_all(&e).await, [("r".to_string(), RunStatus::Succeeded)], "{name}");
+        assert_eq!(api.calls().len(), 2, "{name}: nothing sent again");
+    }
 }

@@ -21,7 +21,8 @@ fn ledger_at(path: &Path) -> Arc<SqliteLedger> {
 fn shown(file: &str, run: &str) -> Value {
     let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", run]);
     assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON: {e}: {stdout}"))
+    // The document nests stored documents three levels down: deeper than serde_json alone reads.
+    engine::doc::from_str_deep(&stdout, 200).unwrap_or_else(|e| panic!("not JSON: {e}: {stdout}"))
 }
 
 /// A charge that succeeded, then a payout (at most once) whose answer was lost after it committed: the run paused at
@@ -151,4 +152,64 @@ fn show_refuses_what_names_no_run() {
     assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
     std::fs::remove_file(&other).unwrap();
     assert_eq!(snapshot(dir.path()), before);
+}
+
+/// Stored outputs as the engine reads them: one as deep as a canonical document may be (128 levels, which serde_json
+/// alone does not read) as JSON, a string output as a string, and a damaged one (not JSON) as an object saying it is
+/// unreadable, which no output is taken for. A step row the ledger cannot read is named in the refusal (exit 1).
+#[test]
+fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
+    use engine::ledger::{Claim, Claimed, Completion};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_at(&path);
+    let run = RunRecord {
+        run_id: "r1".into(),
+        workflow: "wf".into(),
+        status: RunStatus::Running,
+        trigger: b"{}".to_vec(),
+        reason: None,
+        created_ms: 1,
+        updated_ms: 1,
+        replays: 0,
+    };
+    ledger.create_run(run).unwrap();
+    let deep = (0..engine::canonical::DEPTH_MAX).fold(json!(1), |inner, _| json!([inner]));
+    let outputs = [br#""po_1""#.to_vec(), deep.to_string().into_bytes(), br#""damaged""#.to_vec()];
+    for (n, output) in outputs.iter().enumerate() {
+        let key = engine::key::Key([n as u8 + 1; 32]);
+        let claim = Claim {
+            key,
+            run_id: "r1",
+            step_id: "s",
+            action: "api.x",
+            inputs_hash: [0; 32],
+            worker: "w1",
+            now_ms: 10 + n as u64,
+            lease_ms: 100,
+            expected_fence: 0,
+            durable: true,
+            walk: None,
+        };
+        assert!(matches!(ledger.claim(&claim).unwrap(), Claimed::Granted { .. }));
+        ledger.complete(&key, 1, Completion::Succeeded { output: output.clone() }, 20).unwrap();
+    }
+    drop(ledger);
+    let damage = |sql: &str| rusqlite::Connection::open(&path).unwrap().execute(sql, []).unwrap();
+    damage("UPDATE steps SET output = CAST('po_1' AS BLOB) WHERE output = CAST('\"damaged\"' AS BLOB)");
+    let doc = shown(file, "r1");
+    let outputs: Vec<&Value> = doc["steps"].as_array().unwrap().iter().map(|s| &s["output"]).collect();
+    assert_eq!(outputs[0], &json!("po_1"));
+    assert_eq!(outputs[1], &deep, "read as JSON, 128 levels deep");
+    assert_eq!(outputs[2]["unreadable"], "po_1", "{doc:#}");
+    assert!(outputs[2]["why"].as_str().unwrap().contains("expected value"), "{doc:#}");
+    damage("UPDATE steps SET status = 'bogus' WHERE output = CAST('\"po_1\"' AS BLOB)");
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r1"]);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
+    let key = engine::key::Key([1; 32]);
+    assert!(
+        stderr.contains(&format!("the step record of key {key} of run \"r1\": unknown step status \"bogus\"")),
+        "{stderr}"
+    );
 }

@@ -1205,9 +1205,13 @@ fn run_steps_lists_a_runs_records_by_their_last_attempt(f: Fixture) {
     for record in l.run_steps("r").unwrap() {
         assert_eq!(Some(&record), l.get(&record.key).unwrap().as_ref(), "as get reads it");
     }
-    // The unknown key 7 is attempted again: it moves after the others.
+    // The unknown key 7 is attempted again: it moves after the others. Times are compared as u64, whatever a ledger
+    // stores them as (SQLite: bit for bit as i64, so that 2^63 and later read negative).
     granted(l.claim(&claim_of(key(7), "r", "w", 40, 1)));
     assert_eq!(keys("r"), [3, 9, 1, 7]);
+    granted(l.claim(&claim_of(key(8), "r", "w", 1 << 63, 0)));
+    granted(l.claim(&claim_of(key(6), "r", "w", u64::MAX, 0)));
+    assert_eq!(keys("r"), [3, 9, 1, 7, 8, 6]);
     l.forget_run("r").unwrap();
     assert_eq!(keys("r"), Vec::<u8>::new());
     assert_eq!(keys("other"), [5]);

@@ -31,7 +31,7 @@
 //! since the pause, when a stalled worker's answer came late), the people's decisions, and the replay history. It is
 //! what a person reads before deciding, or when a duplicate is reported: which keys were sent, how often, and what
 //! came back. Stored documents (the trigger, outputs, a mark-done's output) are JSON values in it, a stored text that
-//! does not parse (a damaged ledger) a JSON string; times are RFC 3339 UTC as for `replays`. Characters [`field`]
+//! does not parse (a damaged ledger) the object `{"unreadable": TEXT, "why": ERROR}`; times are RFC 3339 UTC as for `replays`. Characters [`field`]
 //! escapes that JSON leaves raw (DEL, C1 controls, U+2028, U+2029, the bidirectional formatting characters) are
 //! written as JSON's `\uXXXX`, so the document shows as it is.
 //!
@@ -64,9 +64,8 @@
 //! it when it opens it) and this user may write it and its `-wal` and `-shm`, and create them in its directory when
 //! they are not there ([`engine::ledger::sqlite::check_writable`]). `--mark-done` is read by the engine's strict JSON
 //! parser ([`engine::canonical`]), the one step inputs go through, so it refuses what a step's output could not be
-//! keyed by (a repeated member name, an integer no double holds exactly), and an output nested deeper than the ledger
-//! can read back inside the decision's record ([`engine::executor::MARK_DONE_DEPTH_MAX`], 125 levels). It may be any
-//! JSON value, not only an object: a step's output is the API's answer as the engine stored it
+//! keyed by (a repeated member name, an integer no double holds exactly, nesting deeper than 128 levels). It may be
+//! any JSON value, not only an object: a step's output is the API's answer as the engine stored it
 //! ([`engine::connector::Outcome::Applied`] holds any document), and templates read any value (a path into one that
 //! has no such member renders as `null`).
 
@@ -461,7 +460,7 @@ fn main() -> ExitCode {
                 Err(engine::executor::Error::UnknownRun(_)) => unknown_run(),
                 // A write that waited out another connection's lock says so (the ledger's message), named here.
                 Err(engine::executor::Error::Ledger(e)) => ledger_refusal(&path, &e).fail(),
-                // Bad input that `parse_output` lets through would be a bug there; still bad input, nothing written.
+                // Refused by `parse_output` already; were one to get through, still bad input, nothing written.
                 Err(e @ engine::executor::Error::MarkDoneOutput(_)) => fail(2, &format!("{}: {e}", path.display())),
                 Err(e) => fail(1, &format!("{}: {e}", path.display())),
             }
@@ -595,10 +594,12 @@ struct ShownReplay {
     replaced_trigger: serde_json::Value,
 }
 
-/// A stored JSON document as a value of `show`'s document; a stored text that is not JSON (a damaged ledger) as a
-/// string of it.
+/// A stored JSON document as a value of `show`'s document, read as the engine reads it ([`engine::doc::from_slice`]);
+/// a stored text that is not JSON (a damaged ledger) as `{"unreadable": TEXT, "why": ERROR}`, the text as UTF-8 (bad
+/// bytes as U+FFFD), so that it cannot be taken for an output that is a string.
 fn stored_json(bytes: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(bytes).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(bytes).into()))
+    engine::doc::from_slice(bytes)
+        .unwrap_or_else(|e| serde_json::json!({"unreadable": String::from_utf8_lossy(bytes), "why": e.to_string()}))
 }
 
 /// `flow show`: everything the ledger at `path` holds about run `run`, as one JSON document (see the module doc).
@@ -744,10 +745,7 @@ fn json_escaped(text: &str, keep: impl Fn(char) -> bool) -> String {
 /// Plain serde_json would keep the last of a repeated member and round an integer no double holds into another one.
 fn parse_output(json: &str) -> Result<serde_json::Value, String> {
     let canonical = engine::canonical::canonicalize_bytes(json.as_bytes()).map_err(|e| e.to_string())?;
-    let output = serde_json::from_slice(&canonical).map_err(|e| e.to_string())?;
-    // What the engine refuses to file as a mark-done output (nested too deep to be read back), refused here first.
-    engine::executor::mark_done_output(&output).map_err(|e| e.to_string())?;
-    Ok(output)
+    engine::doc::from_slice(&canonical).map_err(|e| e.to_string())
 }
 
 /// Whether `c` is written escaped in a field of `flow`'s output ([`field`]): a backslash (so that an escape can be

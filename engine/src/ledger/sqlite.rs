@@ -1992,14 +1992,21 @@ impl Ledger for SqliteLedger {
                 .prepare_cached(concat!(
                     "SELECT key, ",
                     step_columns!(),
-                    " FROM steps WHERE run_id = ?1 ORDER BY last_attempt_ms, key"
+                    // Times are u64 stored bit for bit as i64: those from 2^63 read negative, and sort last.
+                    " FROM steps WHERE run_id = ?1 ORDER BY last_attempt_ms < 0, last_attempt_ms, key"
                 ))
                 .map_err(storage)?;
             let rows = stmt.query_map([run_id], |r| Ok((r.get::<_, Vec<u8>>(0)?, step_row(r, 1)?))).map_err(storage)?;
             let mut out = Vec::new();
             for row in rows {
                 let (key, row) = row.map_err(storage)?;
-                out.push(step_record(&key_of(&key)?, row)?.0);
+                // A damaged row is named, so that a person can find it.
+                let named = |e: Error, row: &str| match e {
+                    Error::Corrupt { detail } => corrupt(format!("{row} of run {run_id:?}: {detail}")),
+                    e => e,
+                };
+                let key = key_of(&key).map_err(|e| named(e, "a step record"))?;
+                out.push(step_record(&key, row).map_err(|e| named(e, &format!("the step record of key {key}")))?.0);
             }
             Ok(out)
         })
@@ -2116,7 +2123,8 @@ impl Ledger for SqliteLedger {
             let mut out = Vec::new();
             for row in rows {
                 let (key, json, by, at) = row.map_err(storage)?;
-                let resolution: Resolution = serde_json::from_str(&json)
+                // Filed two levels below a mark-done's output, which may nest as deep as a canonical document.
+                let resolution: Resolution = crate::doc::from_str_deep(&json, crate::canonical::DEPTH_MAX + 2)
                     .map_err(|e| corrupt(format!("a resolution that does not decode: {e}")))?;
                 out.push(ResolutionRecord {
                     run_id: run_id.to_owned(),
