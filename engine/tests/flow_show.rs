@@ -213,3 +213,37 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
         "{stderr}"
     );
 }
+
+/// `SqliteLedger::read_together`, which `show` reads through: its reads see one state of the file while a worker
+/// commits meanwhile, and the reads after it see the new state; the reader writes nothing.
+#[test]
+fn reads_taken_together_see_one_state_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let ledger = ledger_at(&path);
+    let run = RunRecord {
+        run_id: "r".into(),
+        workflow: "wf".into(),
+        status: RunStatus::Running,
+        trigger: b"{}".to_vec(),
+        reason: None,
+        created_ms: 1,
+        updated_ms: 1,
+        replays: 0,
+    };
+    ledger.create_run(run).unwrap();
+    // A worker has the ledger open (its -wal and -shm are there), as when a person looks at a live ledger.
+    let reader = SqliteLedger::open_read_only(&path, Options::default()).unwrap();
+    let worker = rusqlite::Connection::open(&path).unwrap();
+    let status = |l: &SqliteLedger| l.get_run("r").map(|run| run.expect("the run").status);
+    let seen = reader
+        .read_together(|l| {
+            let before = status(l)?;
+            worker.execute("UPDATE runs SET status = 'paused', reason = 'x' WHERE run_id = 'r'", []).unwrap();
+            Ok((before, status(l)?))
+        })
+        .unwrap();
+    assert_eq!(seen, (RunStatus::Running, RunStatus::Running), "one state inside");
+    assert_eq!(status(&reader).unwrap(), RunStatus::Paused, "the worker's commit after it");
+    drop(ledger);
+}

@@ -604,14 +604,21 @@ fn stored_json(bytes: &[u8]) -> serde_json::Value {
 
 /// `flow show`: everything the ledger at `path` holds about run `run`, as one JSON document (see the module doc).
 fn show(path: &Path, run: &str) -> ExitCode {
-    let (ledger, record) = match read_run(path, run) {
+    let (ledger, _) = match read_run(path, run) {
         Ok(read) => read,
         Err(code) => return code,
     };
-    let read = (ledger.run_steps(run), ledger.resolutions(run), ledger.replay_history(run));
-    let (steps, decisions, history) = match read {
-        (Ok(steps), Ok(decisions), Ok(history)) => (steps, decisions, history),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return ledger_refusal(path, &e).fail(),
+    // One state of the file: a worker's commit between two reads would otherwise show, say, a decision beside the
+    // pause it ended. The run's record is read again inside it.
+    let read = ledger.read_together(|l| {
+        let record = l.get_run(run)?;
+        Ok((record, l.run_steps(run)?, l.resolutions(run)?, l.replay_history(run)?))
+    });
+    let (record, steps, decisions, history) = match read {
+        Ok((Some(record), steps, decisions, history)) => (record, steps, decisions, history),
+        // Forgotten since it was looked up: as if it had never been there.
+        Ok((None, ..)) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
+        Err(e) => return ledger_refusal(path, &e).fail(),
     };
     let paused_at = (record.status == engine::ledger::RunStatus::Paused)
         .then(|| record.reason.as_deref().and_then(engine::ledger::paused_key))

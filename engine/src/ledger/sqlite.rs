@@ -917,6 +917,31 @@ impl SqliteLedger {
         })
     }
 
+    /// Runs `read`, whose reads through this ledger then see one state of the file (they share one read
+    /// transaction), for a reader that puts several reads of one run together and must not show a mix of states, as
+    /// `flow show` does: without it, a worker's commit between two reads could show a decision beside the pause it
+    /// ended. The transaction ends (nothing written) when `read` returns. While a batch of writes is open the reads
+    /// already share its transaction, which is left as it is.
+    pub fn read_together<T>(&self, read: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        let began = {
+            let state = self.lock()?;
+            if state.batch_ops > 0 || !state.conn.is_autocommit() {
+                false
+            } else {
+                control(&state.conn, "BEGIN").map_err(storage)?;
+                true
+            }
+        };
+        let out = read(self);
+        if began {
+            let state = self.lock()?;
+            if !state.conn.is_autocommit() {
+                control(&state.conn, "COMMIT").map_err(storage)?;
+            }
+        }
+        out
+    }
+
     /// The schema version of the file as this ledger reads it: [`SCHEMA_VERSION`] (a writable open migrates the
     /// file to it), or the older version of a file opened with [`SqliteLedger::open_read_only`].
     pub fn schema_version(&self) -> i64 {
