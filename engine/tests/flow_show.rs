@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use engine::connector::Connector;
 use engine::ledger::sqlite::{Options, SqliteLedger, Synchronous};
-use engine::ledger::{Ledger, RunRecord, RunStatus};
+use engine::ledger::{Ledger, RunStatus};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
@@ -107,16 +107,8 @@ fn show_escapes_what_json_leaves_raw() {
     let ledger = ledger_at(&path);
     let text = "a\u{2028}b\u{202e}c\u{7f}\u{9b}31m";
     let trigger = serde_json::to_vec(&json!({"n": text})).unwrap();
-    let run = RunRecord {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        status: RunStatus::Succeeded,
-        trigger,
-        reason: Some(format!("why: {text}")),
-        created_ms: 1_714_564_800_123,
-        updated_ms: 1_714_564_800_123,
-        replays: 0,
-    };
+    let mut run = run_record("r1", RunStatus::Succeeded, &trigger);
+    (run.reason, run.created_ms) = (Some(format!("why: {text}")), 1_714_564_800_123);
     ledger.create_run(run).unwrap();
     drop(ledger);
     let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r1"]);
@@ -164,17 +156,7 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
     let ledger = ledger_at(&path);
-    let run = RunRecord {
-        run_id: "r1".into(),
-        workflow: "wf".into(),
-        status: RunStatus::Running,
-        trigger: b"{}".to_vec(),
-        reason: None,
-        created_ms: 1,
-        updated_ms: 1,
-        replays: 0,
-    };
-    ledger.create_run(run).unwrap();
+    ledger.create_run(run_record("r1", RunStatus::Running, b"{}")).unwrap();
     let deep = (0..engine::canonical::DEPTH_MAX).fold(json!(1), |inner, _| json!([inner]));
     let outputs = [br#""po_1""#.to_vec(), deep.to_string().into_bytes(), br#""damaged""#.to_vec()];
     for (n, output) in outputs.iter().enumerate() {
@@ -221,17 +203,7 @@ fn reads_taken_together_see_one_state_of_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
     let ledger = ledger_at(&path);
-    let run = RunRecord {
-        run_id: "r".into(),
-        workflow: "wf".into(),
-        status: RunStatus::Running,
-        trigger: b"{}".to_vec(),
-        reason: None,
-        created_ms: 1,
-        updated_ms: 1,
-        replays: 0,
-    };
-    ledger.create_run(run).unwrap();
+    ledger.create_run(run_record("r", RunStatus::Running, b"{}")).unwrap();
     // A worker has the ledger open (its -wal and -shm are there), as when a person looks at a live ledger.
     let reader = SqliteLedger::open_read_only(&path, Options::default()).unwrap();
     let worker = rusqlite::Connection::open(&path).unwrap();
