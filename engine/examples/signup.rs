@@ -312,6 +312,9 @@ mod demo {
         fn get_plan(&self, key: &Key) -> ledger::Result<Option<Vec<u8>>> {
             self.ledger.get_plan(key)
         }
+        fn run_plans(&self, run_id: &str) -> ledger::Result<Vec<(Key, Vec<u8>)>> {
+            self.ledger.run_plans(run_id)
+        }
         fn create_run(&self, run: RunRecord) -> ledger::Result<bool> {
             self.ledger.create_run(run)
         }

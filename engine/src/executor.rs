@@ -547,9 +547,9 @@ pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {
     Key(*hasher.finalize().as_bytes())
 }
 
-/// Where the time of a keyed key's first attempt is kept once it is retried (a write-once plan slot): the retention
-/// window of a keyed API runs from it.
-fn first_attempt_marker(key: &Key) -> Key {
+/// Where the time of a keyed key's first attempt is kept once it is retried (a write-once plan slot, as decimal
+/// text): the retention window of a keyed API runs from it. `flow show` gives it beside the key's record.
+pub fn first_attempt_marker(key: &Key) -> Key {
     let mut hasher = blake3::Hasher::new();
     hasher.update(b"flow/first-attempt/v1");
     hasher.update(&key.0);

@@ -192,6 +192,9 @@ impl Ledger for Hooked {
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
         self.inner.get_plan(key)
     }
+    fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
+        self.inner.run_plans(run_id)
+    }
     fn create_run(&self, run: RunRecord) -> Result<bool> {
         self.inner.create_run(run)
     }

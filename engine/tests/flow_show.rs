@@ -219,3 +219,46 @@ fn reads_taken_together_see_one_state_of_the_file() {
     assert_eq!(status(&reader).unwrap(), RunStatus::Paused, "the worker's commit after it");
     drop(ledger);
 }
+
+/// The plan a writes step recorded before its first write is shown under the step's key, its writes among the steps
+/// with their own keys; a keyed key retried after a timeout shows when it was first attempted (filed among the plans
+/// under a key of its own, which is not listed as a plan).
+#[tokio::test]
+async fn show_gives_the_plans_and_a_retried_keys_first_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_at(&path);
+    let bank = Scripted::new(
+        "bank",
+        vec![keyed("charge", 60_000, false), keyed("notify", 60_000, false)],
+        &[Fate::ApplyThenTimeout],
+    );
+    let wf = json!({"name": "wf", "steps": [
+        {"id": "charge", "action": "bank.charge", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "tell", "writes": [
+            {"action": "bank.notify", "inputs": {"n": 1}},
+            {"action": "bank.notify", "inputs": {"n": 2}}
+        ]}
+    ]});
+    let e = engine(config("w1"), ledger.clone(), Recorder::new(), &[bank.clone() as Arc<dyn Connector>], &[], &[wf]);
+    assert_eq!(e.start_run("wf", "r1", &engine::doc!({"amount": 5})).await.unwrap(), RunStatus::Succeeded);
+    drop(e);
+    drop(ledger);
+    let doc = shown(file, "r1");
+    let steps = doc["steps"].as_array().unwrap();
+    let ids: Vec<&str> = steps.iter().map(|s| s["step"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["charge", "tell", "tell"], "{doc:#}");
+    let charge = &steps[0];
+    assert_eq!(charge["attempts"], 2);
+    let (first, last) = (charge["first_attempt"].as_str().unwrap(), charge["last_attempt"].as_str().unwrap());
+    assert!(first < last, "first {first}, last {last}");
+    assert_eq!(steps[1].get("first_attempt"), None, "only a retried keyed key has one");
+    let plans = doc["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 1, "the writes step's plan, not the first attempt's slot: {doc:#}");
+    assert_eq!(
+        plans[0]["plan"],
+        json!([{"action": "bank.notify", "inputs": {"n": 1}}, {"action": "bank.notify", "inputs": {"n": 2}}])
+    );
+    assert!(steps.iter().all(|s| s["key"] != plans[0]["key"]), "filed under the step's key, not a write's");
+}

@@ -99,6 +99,7 @@ contract!(
     completion_releases_the_lease,
     a_claim_checks_the_run_its_drive_walks,
     run_steps_lists_a_runs_records_by_their_last_attempt,
+    run_plans_lists_a_runs_plans_by_key,
 );
 
 // --- helpers ------------------------------------------------------------------------------------------------------
@@ -1215,4 +1216,20 @@ fn run_steps_lists_a_runs_records_by_their_last_attempt(f: Fixture) {
     l.forget_run("r").unwrap();
     assert_eq!(keys("r"), Vec::<u8>::new());
     assert_eq!(keys("other"), [5]);
+}
+
+/// `run_plans` lists the plans filed under one run with their keys, by key (the first of a key's plans, which is never
+/// replaced); forgetting the run drops them.
+fn run_plans_lists_a_runs_plans_by_key(f: Fixture) {
+    let l = &*f.ledger;
+    l.record_plan("r", &key(9), b"p9", 1).unwrap();
+    l.record_plan("r", &key(2), b"p2", 1).unwrap();
+    l.record_plan("other", &key(5), b"p5", 1).unwrap();
+    l.record_plan("r", &key(2), b"again", 2).unwrap();
+    assert_eq!(l.run_plans("r").unwrap(), [(key(2), b"p2".to_vec()), (key(9), b"p9".to_vec())]);
+    assert_eq!(l.run_plans("other").unwrap(), [(key(5), b"p5".to_vec())]);
+    assert_eq!(l.run_plans("unknown").unwrap(), []);
+    l.forget_run("r").unwrap();
+    assert_eq!(l.run_plans("r").unwrap(), []);
+    assert_eq!(l.run_plans("other").unwrap().len(), 1);
 }

@@ -26,9 +26,11 @@
 //!
 //! `show` writes everything the ledger holds about one run as one JSON document (pretty-printed): the run's record
 //! (status, reason, times, replay count, trigger), each step record of it ([`engine::ledger::Ledger::run_steps`]:
-//! step id, action, key, status, attempts, the last attempt's time, the lease's owner, fence and expiry, the inputs
-//! hash, and the output or the error; `paused_here` marks the key a paused run waits at, whose record may have moved
-//! since the pause, when a stalled worker's answer came late), the people's decisions, and the replay history. It is
+//! step id, action, key, status, attempts, a retried keyed key's first attempt, the last attempt's time, the lease's
+//! owner, fence and expiry, the inputs hash, and the output or the error; `paused_here` marks the key a paused run
+//! waits at, whose record may have moved since the pause, when a stalled worker's answer came late), the plans its
+//! writes and agent steps recorded before their first write (under the step's key; the writes are among the step
+//! records), the people's decisions, and the replay history. It is
 //! what a person reads before deciding, or when a duplicate is reported: which keys were sent, how often, and what
 //! came back. Stored documents (the trigger, outputs, a mark-done's output) are JSON values in it, a stored text that
 //! does not parse (a damaged ledger) the object `{"unreadable": TEXT, "why": ERROR}`; times are RFC 3339 UTC as for `replays`. Characters [`field`]
@@ -141,9 +143,10 @@ enum Command {
     },
     /// Show everything the ledger holds about one run, as one JSON document.
     ///
-    /// The run's record, each of its step records (step, action, key, status, attempts, last attempt, lease, inputs
-    /// hash, output or error; `paused_here` on the key a paused run waits at), the people's decisions and the replay
-    /// history. Times are RFC 3339 UTC; stored documents are JSON values.
+    /// The run's record, each of its step records (step, action, key, status, attempts, first and last attempt,
+    /// lease, inputs hash, output or error; `paused_here` on the key a paused run waits at), the plans of its writes
+    /// and agent steps, the people's decisions and the replay history. Times are RFC 3339 UTC; stored documents are
+    /// JSON values.
     Show {
         /// The engine's on-disk SQLite ledger file.
         #[arg(long, value_name = "FILE")]
@@ -553,6 +556,7 @@ struct Shown {
     replays: u32,
     trigger: serde_json::Value,
     steps: Vec<ShownStep>,
+    plans: Vec<ShownPlan>,
     decisions: Vec<ShownDecision>,
     replay_history: Vec<ShownReplay>,
 }
@@ -566,6 +570,8 @@ struct ShownStep {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     paused_here: bool,
     attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_attempt: Option<String>,
     last_attempt: String,
     owner: String,
     fence: u64,
@@ -575,6 +581,14 @@ struct ShownStep {
     output: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// A plan of writes a step recorded before its first write (a writes step's list, an agent step's model plan),
+/// under the step's key; the writes themselves are among the steps, under their own keys.
+#[derive(serde::Serialize)]
+struct ShownPlan {
+    key: String,
+    plan: serde_json::Value,
 }
 
 #[derive(serde::Serialize)]
@@ -612,13 +626,23 @@ fn show(path: &Path, run: &str) -> ExitCode {
     // pause it ended. The run's record is read again inside it.
     let read = ledger.read_together(|l| {
         let record = l.get_run(run)?;
-        Ok((record, l.run_steps(run)?, l.resolutions(run)?, l.replay_history(run)?))
+        Ok((record, l.run_steps(run)?, l.run_plans(run)?, l.resolutions(run)?, l.replay_history(run)?))
     });
-    let (record, steps, decisions, history) = match read {
-        Ok((Some(record), steps, decisions, history)) => (record, steps, decisions, history),
+    let (record, steps, mut plans, decisions, history) = match read {
+        Ok((Some(record), steps, plans, decisions, history)) => (record, steps, plans, decisions, history),
         // Forgotten since it was looked up: as if it had never been there.
         Ok((None, ..)) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
         Err(e) => return ledger_refusal(path, &e).fail(),
+    };
+    // A retried keyed key's first attempt is filed among the plans under a key of its own: shown with the key.
+    let mut first_attempt = |key: &engine::key::Key| {
+        let marker = engine::executor::first_attempt_marker(key);
+        let at = plans.iter().position(|(k, _)| *k == marker)?;
+        let (_, text) = plans.remove(at);
+        Some(match std::str::from_utf8(&text).ok().and_then(|t| t.parse::<u64>().ok()) {
+            Some(ms) => utc(ms),
+            None => format!("unreadable: {:?}", String::from_utf8_lossy(&text)),
+        })
     };
     let paused_at = (record.status == engine::ledger::RunStatus::Paused)
         .then(|| record.reason.as_deref().and_then(engine::ledger::paused_key))
@@ -641,6 +665,7 @@ fn show(path: &Path, run: &str) -> ExitCode {
                 key: step.key.to_string(),
                 status: step.status.as_str(),
                 attempts: step.attempt_count,
+                first_attempt: first_attempt(&step.key),
                 last_attempt: utc(step.last_attempt_ms),
                 owner: step.owner.to_string(),
                 fence: step.fence,
@@ -650,6 +675,7 @@ fn show(path: &Path, run: &str) -> ExitCode {
                 error: step.error,
             })
             .collect(),
+        plans: plans.iter().map(|(key, plan)| ShownPlan { key: key.to_string(), plan: stored_json(plan) }).collect(),
         decisions: decisions
             .into_iter()
             .map(|d| ShownDecision {

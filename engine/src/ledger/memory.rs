@@ -356,6 +356,15 @@ impl Ledger for MemoryLedger {
         Ok(self.lock().plans.get(key).map(|p| p.plan.clone()))
     }
 
+    fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
+        let inner = self.lock();
+        let keys = inner.plans_by_run.get(run_id).map_or(&[][..], Vec::as_slice);
+        let mut out: Vec<(Key, Vec<u8>)> =
+            keys.iter().filter_map(|key| inner.plans.get(key).map(|p| (*key, p.plan.clone()))).collect();
+        out.sort_by_key(|(key, _)| key.0);
+        Ok(out)
+    }
+
     fn create_run(&self, run: RunRecord) -> Result<bool> {
         Ok(self.lock().insert_run(run))
     }

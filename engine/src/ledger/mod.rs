@@ -460,6 +460,10 @@ pub trait Ledger: Send + Sync {
     /// its run, so [`Ledger::forget_run`] drops it whether or not the key has a step record.
     fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>>;
     fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>>;
+    /// The plans filed under run `run_id` with their keys, ordered by key; empty for a run with none or not known.
+    /// For a person looking at one run (`flow show`), not for a drive. (A plan a build before every plan was filed
+    /// under its run recorded without one is not listed.)
+    fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>>;
 
     // --- runs -------------------------------------------------------------------------------------------------
     /// Creates the run unless a run with its id exists; returns whether it created it. Takes the record, which a

@@ -1881,6 +1881,26 @@ impl Ledger for SqliteLedger {
         self.read(|conn| get_plan(conn, key))
     }
 
+    fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT key, plan FROM plans WHERE run_id = ?1 ORDER BY key").map_err(storage)?;
+            let rows = stmt
+                .query_map([run_id], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)))
+                .map_err(storage)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (key, plan) = row.map_err(storage)?;
+                let key = key_of(&key).map_err(|e| match e {
+                    Error::Corrupt { detail } => corrupt(format!("a plan of run {run_id:?}: {detail}")),
+                    e => e,
+                })?;
+                out.push((key, plan));
+            }
+            Ok(out)
+        })
+    }
+
     fn create_run(&self, run: RunRecord) -> Result<bool> {
         self.write_one_cached(|conn, cache| {
             let inserted = insert_run(conn, &run)?;
