@@ -486,16 +486,26 @@ fn older_schema(path: &Path, version: i64) -> String {
     )
 }
 
-/// The ledger at `path`, opened to read only, and its record of run `run`; or the exit code of the refusal, said: a
-/// blank `--run` (refused before anything is opened, as `resolve` refuses it), a file that is no ledger, a run it
-/// does not hold (exit 2), a storage error (exit 1).
-fn read_run(path: &Path, run: &str) -> Result<(SqliteLedger, engine::ledger::RunRecord), ExitCode> {
+/// Opens the ledger at `path` to read only and calls `read` with it and its record of run `run`, all of it in one
+/// read of the file ([`SqliteLedger::read_together`]: a worker's commit meanwhile cannot show, say, a decision beside
+/// the pause it ended); or says the refusal and gives its exit code: a blank `--run` (refused before anything is
+/// opened, as `resolve` refuses it), a file that is no ledger, a run it does not hold (exit 2), a storage error (exit
+/// 1).
+fn read_run<T>(
+    path: &Path,
+    run: &str,
+    read: impl FnOnce(&SqliteLedger, engine::ledger::RunRecord) -> Result<T, LedgerError>,
+) -> Result<T, ExitCode> {
     if !engine::ledger::names_someone(run) {
         return Err(fail(2, "--run must name a run"));
     }
     let ledger = open_read_only(path).map_err(|refusal| refusal.fail())?;
-    match ledger.get_run(run) {
-        Ok(Some(record)) => Ok((ledger, record)),
+    let found = ledger.read_together(|l| match l.get_run(run)? {
+        Some(record) => read(l, record).map(Some),
+        None => Ok(None),
+    });
+    match found {
+        Ok(Some(value)) => Ok(value),
         Ok(None) => Err(fail(2, &format!("{}: no run {run:?} in this ledger", path.display()))),
         Err(e) => Err(ledger_refusal(path, &e).fail()),
     }
@@ -503,13 +513,9 @@ fn read_run(path: &Path, run: &str) -> Result<(SqliteLedger, engine::ledger::Run
 
 /// `flow replays`: the replays of run `run` in the ledger at `path`, one a line (see the module doc).
 fn replays(path: &Path, run: &str) -> ExitCode {
-    let (ledger, record) = match read_run(path, run) {
+    let (record, history) = match read_run(path, run, |l, record| Ok((record, l.replay_history(run)?))) {
         Ok(read) => read,
         Err(code) => return code,
-    };
-    let history = match ledger.replay_history(run) {
-        Ok(history) => history,
-        Err(e) => return ledger_refusal(path, &e).fail(),
     };
     // The history comes sorted by replay number (`Ledger::replay_history`).
     let unrecorded: Vec<u32> =
@@ -618,21 +624,12 @@ fn stored_json(bytes: &[u8]) -> serde_json::Value {
 
 /// `flow show`: everything the ledger at `path` holds about run `run`, as one JSON document (see the module doc).
 fn show(path: &Path, run: &str) -> ExitCode {
-    let (ledger, _) = match read_run(path, run) {
-        Ok(read) => read,
-        Err(code) => return code,
-    };
-    // One state of the file: a worker's commit between two reads would otherwise show, say, a decision beside the
-    // pause it ended. The run's record is read again inside it.
-    let read = ledger.read_together(|l| {
-        let record = l.get_run(run)?;
+    let read = read_run(path, run, |l, record| {
         Ok((record, l.run_steps(run)?, l.run_plans(run)?, l.resolutions(run)?, l.replay_history(run)?))
     });
     let (record, steps, mut plans, decisions, history) = match read {
-        Ok((Some(record), steps, plans, decisions, history)) => (record, steps, plans, decisions, history),
-        // Forgotten since it was looked up: as if it had never been there.
-        Ok((None, ..)) => return fail(2, &format!("{}: no run {run:?} in this ledger", path.display())),
-        Err(e) => return ledger_refusal(path, &e).fail(),
+        Ok(read) => read,
+        Err(code) => return code,
     };
     // A retried keyed key's first attempt is filed among the plans under a key of its own: shown with the key.
     let mut first_attempt = |key: &engine::key::Key| {
