@@ -1158,6 +1158,14 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     tx.commit().map_err(storage)
 }
 
+/// `e`, a row of run `run_id` found unreadable, naming the row (`row`) and its run, so that a person can find it.
+fn in_row(e: Error, row: &str, run_id: &str) -> Error {
+    match e {
+        Error::Corrupt { detail } => corrupt(format!("{row} of run {run_id:?}: {detail}")),
+        other => other,
+    }
+}
+
 /// `e`, a refusal of the file at `path` as no ledger or as damaged, naming the file.
 fn in_file(path: &Path, e: Error) -> Error {
     match e {
@@ -1891,10 +1899,7 @@ impl Ledger for SqliteLedger {
             let mut out = Vec::new();
             for row in rows {
                 let (key, plan) = row.map_err(storage)?;
-                let key = key_of(&key).map_err(|e| match e {
-                    Error::Corrupt { detail } => corrupt(format!("a plan of run {run_id:?}: {detail}")),
-                    e => e,
-                })?;
+                let key = key_of(&key).map_err(|e| in_row(e, "a plan", run_id))?;
                 out.push((key, plan));
             }
             Ok(out)
@@ -2045,13 +2050,10 @@ impl Ledger for SqliteLedger {
             let mut out = Vec::new();
             for row in rows {
                 let (key, row) = row.map_err(storage)?;
-                // A damaged row is named, so that a person can find it.
-                let named = |e: Error, row: &str| match e {
-                    Error::Corrupt { detail } => corrupt(format!("{row} of run {run_id:?}: {detail}")),
-                    e => e,
-                };
-                let key = key_of(&key).map_err(|e| named(e, "a step record"))?;
-                out.push(step_record(&key, row).map_err(|e| named(e, &format!("the step record of key {key}")))?.0);
+                let key = key_of(&key).map_err(|e| in_row(e, "a step record", run_id))?;
+                let row =
+                    step_record(&key, row).map_err(|e| in_row(e, &format!("the step record of key {key}"), run_id))?;
+                out.push(row.0);
             }
             Ok(out)
         })
