@@ -25,17 +25,17 @@
 //! replayed writes nothing. `--run` is the id itself, as for `resolve`.
 //!
 //! `show` writes everything the ledger holds about one run as one JSON document (pretty-printed): the run's record
-//! (status, reason, times, replay count, trigger), each step record of it ([`engine::ledger::Ledger::run_steps`]:
-//! step id, action, key, status, attempts, a retried keyed key's first attempt, the last attempt's time, the lease's
-//! owner, fence and expiry, the inputs hash, and the output or the error; `paused_here` marks the key a paused run
-//! waits at, whose record may have moved since the pause, when a stalled worker's answer came late), the plans its
-//! writes and agent steps recorded before their first write (under the step's key; the writes are among the step
-//! records), the people's decisions, and the replay history. It is
-//! what a person reads before deciding, or when a duplicate is reported: which keys were sent, how often, and what
-//! came back. Stored documents (the trigger, outputs, a mark-done's output) are JSON values in it, a stored text that
-//! does not parse (a damaged ledger) the object `{"unreadable": TEXT, "why": ERROR}`; times are RFC 3339 UTC as for `replays`. Characters [`field`]
-//! escapes that JSON leaves raw (DEL, C1 controls, U+2028, U+2029, the bidirectional formatting characters) are
-//! written as JSON's `\uXXXX`, so the document shows as it is.
+//! (status, reason, times, replay count, trigger), each step record of it ([`engine::ledger::Ledger::run_steps`]: step
+//! id, action, key, status, attempts, a retried keyed key's first attempt, the last attempt's time, the lease's owner,
+//! fence and expiry, the inputs hash, and the output or the error; `paused_here` marks the key a paused run waits at,
+//! whose record may have moved since the pause, when a stalled worker's answer came late), the plans its writes and
+//! agent steps recorded before their first write (under the step's key; the writes are among the step records), the
+//! people's decisions, and the replay history. It is what a person reads before deciding, or when a duplicate is
+//! reported: which keys were sent, how often, and what came back. Stored documents (the trigger, outputs, a mark-done's
+//! output) are JSON values in it, a stored text that does not parse (a damaged ledger) the object `{"unreadable": TEXT,
+//! "why": ERROR}`; times are RFC 3339 UTC as for `replays`. Characters [`field`] escapes that JSON leaves raw (DEL, C1
+//! controls, U+2028, U+2029, the bidirectional formatting characters) are written as JSON's `\uXXXX`, so the document
+//! shows as it is.
 //!
 //! `resolve` records the decision against the key the run paused at ([`engine::executor::record_resolution`]); an
 //! abort fails the run at once, a mark-done or retry sets it running so the next worker that resumes unfinished runs
@@ -47,8 +47,8 @@
 //! with a message naming it (a file that is not a ledger, a ledger of a newer schema version, or for `resolve` of an
 //! older one, a run id the ledger does not hold, a blank `--run`, `--mark-done` that is not valid JSON, a blank `--by`
 //! or one with a control character, the last three told before anything is opened), and the ledger left as it was.
-//! `paused`, `replays` and `show` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite failure
-//! are told apart as the ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened,
+//! `paused`, `replays` and `show` exit 0, 1 (a storage error) or 2 (bad input) the same way. Both kinds of SQLite
+//! failure are told apart as the ledger tells them ([`engine::ledger::sqlite::open_failure`] when a file is opened,
 //! [`engine::ledger::Error`] after), and every command says a failure of the ledger one way: a damaged ledger is
 //! damaged whichever command, and whichever read, finds it (`paused` reads only the runs, `resolve` a run's step too).
 //!
@@ -57,8 +57,8 @@
 //! by its metadata, before anything opens it, so a FIFO does not block), an empty file (a mistyped path that
 //! something created), a file that is not SQLite, a SQLite database whose tables are not those of a ledger of its
 //! schema version, or a ledger of a newer schema version is refused with exit 2 and left as it was, never turned into
-//! a new ledger or migrated. `paused`, `replays` and `show` only read the file, of an older schema version too, as it is
-//! ([`SqliteLedger::open_read_only`]: what its version lacks read as its migration would set it, no replay history
+//! a new ledger or migrated. `paused`, `replays` and `show` only read the file, of an older schema version too, as it
+//! is ([`SqliteLedger::open_read_only`]: what its version lacks read as its migration would set it, no replay history
 //! before version 4), so that looking at a ledger that workers of an older build still use changes nothing for
 //! them. `resolve` checks the run reading only, and opens the file to write only then, and only if it is of this
 //! build's schema version (a ledger of an older one is refused, exit 2, saying what to do: `flow` does not migrate a
