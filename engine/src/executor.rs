@@ -47,6 +47,13 @@
 //! key's last attempt, and applies it: `MarkDone` adopts the given output (claim with the read fence, complete as
 //! succeeded), `Retry` allows exactly one more attempt whatever the class (claimed after the resolution's stamp, so
 //! a crash during it cannot reuse the same decision). A worker that crashes mid-resolution therefore loses nothing.
+//! A pause does not fence the key: an attempt that outlived its lease may still land its answer there, before or
+//! after the decision, and that answer is evidence a person needs. So a decision is filed with the key's status as
+//! the person saw it (`ResolutionRecord::seen`) and applies only to the outcome it was made on: a late success is
+//! replayed whatever was decided (nothing is sent again); a mark-done over a late answer that the step definitely did
+//! not apply pauses the run again, with that answer in the reason, for a new decision (it would record a success
+//! with no effect behind it); and a decision is applied where the key would fail the run too, not only where it
+//! pauses (a late definite failure on a key whose attempts ran out: a person's retry still sends once more).
 //!
 //! `KeyReusedWithDifferentPayload` pauses the run rather than failing it: the earlier request under that key may
 //! have applied (a volatile field changed between attempts), and a failed run must carry no effect (I3). It is never
@@ -490,10 +497,16 @@ pub fn record_resolution(
     if let Resolution::MarkDone { output } = resolution {
         canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
     }
-    let last_attempt_ms = ledger.get(&key)?.map_or(0, |r| r.last_attempt_ms);
-    let at_ms = now_ms.max(last_attempt_ms + 1);
-    let record =
-        ResolutionRecord { run_id: run_id.to_string(), key, resolution: resolution.clone(), by: by.to_string(), at_ms };
+    let seen = ledger.get(&key)?.map(|r| (r.last_attempt_ms, r.status));
+    let at_ms = now_ms.max(seen.map_or(0, |(last_attempt_ms, _)| last_attempt_ms) + 1);
+    let record = ResolutionRecord {
+        run_id: run_id.to_string(),
+        key,
+        resolution: resolution.clone(),
+        by: by.to_string(),
+        at_ms,
+        seen: seen.map(|(_, status)| status),
+    };
     let (status, reason) = match resolution {
         Resolution::Abort => (RunStatus::Failed, Some(format!("aborted by {by}"))),
         Resolution::MarkDone { .. } | Resolution::Retry => (RunStatus::Running, None),
@@ -1336,13 +1349,24 @@ impl Engine {
                         self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
                         Next::Sleep(delay_ms)
                     }
-                    Decision::Pause(reason) => {
+                    // A person's decision filed after the key's last attempt is applied where the key pauses, and
+                    // also where it fails: an attempt that outlived its lease may have landed a definite failure after
+                    // the run paused at it, and a person's retry allows one more attempt whatever the count.
+                    Decision::Pause(_) | Decision::Fail(_) => {
                         let pending = match &record {
                             Some(r) if !resolution_used => self.pending_resolution(run_id, &key, r)?,
                             _ => None,
                         };
+                        let (reason, paused) = match decision {
+                            Decision::Pause(reason) => (reason, true),
+                            Decision::Fail(reason) => (reason, false),
+                            _ => unreachable!("matched above"),
+                        };
                         let Some(resolution) = pending else {
-                            return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
+                            if paused {
+                                return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
+                            }
+                            return Ok(End::Failed { reason });
                         };
                         // Only a key recorded as another action pauses at a succeeded record, which is final: neither
                         // another output nor another attempt can be recorded under it.
@@ -1353,6 +1377,21 @@ impl Engine {
                                 "{reason}; the decision to {} by {} cannot apply to a succeeded key [key {key}]",
                                 resolution.resolution.name(),
                                 resolution.by
+                            );
+                            return Ok(End::Paused { reason, key });
+                        }
+                        // A mark-done made on an attempt of unknown outcome, over which that attempt's answer has
+                        // since landed saying the step definitely did not apply: the decision's premise is gone (a
+                        // success recorded now would have no effect behind it), so a person decides again.
+                        if let (Resolution::MarkDone { .. }, Some(r)) = (&resolution.resolution, &record)
+                            && r.status == Status::Failed
+                            && resolution.seen.is_some_and(|seen| seen != Status::Failed)
+                        {
+                            let reason = format!(
+                                "{reason}; the attempt's answer came after {} decided to mark the step done, and says \
+                                 it definitely did not apply ({}): a person must decide again [key {key}]",
+                                resolution.by,
+                                r.error.as_deref().unwrap_or("no error recorded")
                             );
                             return Ok(End::Paused { reason, key });
                         }
@@ -1411,7 +1450,6 @@ impl Engine {
                         }
                         Next::Again
                     }
-                    Decision::Fail(reason) => return Ok(End::Failed { reason }),
                     Decision::Attempt { expected_fence, lookup_first } => {
                         if keyed_rules
                             && let Some(r) = &record

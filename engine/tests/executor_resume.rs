@@ -66,6 +66,7 @@ async fn a_stored_mark_done_whose_output_cannot_be_stored_pauses_the_run_again()
             resolution: Resolution::MarkDone { output: json!({"ref": u64::MAX}) },
             by: "old-build".into(),
             at_ms: last_attempt_ms + 1,
+            seen: None,
         };
         ledger.record_resolution(&old, RunStatus::Running, None).unwrap();
         ledger.create_run(run_record("b", RunStatus::Pending, br#"{"amount":2,"email":"y"}"#)).unwrap();

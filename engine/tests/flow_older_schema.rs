@@ -53,6 +53,12 @@ fn older_ledger(path: &Path, version: i64) -> rusqlite::Connection {
         }
         .unwrap();
     }
+    // A decision about `done` (older builds file none with the status it was made on).
+    conn.execute(
+        "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES ('done', ?1, '\"Retry\"', 'ann', 1)",
+        [&[0xab_u8; 32][..]],
+    )
+    .unwrap();
     conn
 }
 
@@ -132,6 +138,14 @@ fn older_ledgers_are_read_and_a_decision_refused_until_a_worker_migrates_them() 
         assert_eq!(shown["trigger"], serde_json::json!({"v": 3}), "v{version}");
         assert_eq!(shown["replays"], if version >= 3 { 2 } else { 0 }, "v{version}");
         assert_eq!((&shown["steps"], &shown["replay_history"]), (&serde_json::json!([]), &serde_json::json!([])));
+        // A decision's seen status, kept since version 5, is left out where not known.
+        let decisions = &shown["decisions"];
+        assert_eq!(decisions.as_array().map(Vec::len), Some(1), "v{version}: {stdout}");
+        assert_eq!(
+            (&decisions[0]["decision"], &decisions[0]["by"]),
+            (&serde_json::json!("retry"), &serde_json::json!("ann"))
+        );
+        assert!(decisions[0].get("seen_status").is_none(), "v{version}: {stdout}");
         let decision = ["resolve", "--ledger", file, "--run", "held", "--abort", "--by", "ann"];
         let (code, stdout, stderr) = flow(&decision);
         assert_eq!(code, 2, "v{version}: {stdout}{stderr}");

@@ -498,6 +498,7 @@ fn resolutions(f: Fixture) {
             resolution: Resolution::Retry,
             by: "ana".into(),
             at_ms: 9,
+            seen: Some(Status::Started),
         },
         ResolutionRecord {
             run_id: "r1".into(),
@@ -505,8 +506,16 @@ fn resolutions(f: Fixture) {
             resolution: Resolution::MarkDone { output: serde_json::json!({"id": "po_1", "n": 1.5}) },
             by: "bo".into(),
             at_ms: 3,
+            seen: Some(Status::Unknown),
         },
-        ResolutionRecord { run_id: "r2".into(), key: key(1), resolution: Resolution::Abort, by: "cy".into(), at_ms: 1 },
+        ResolutionRecord {
+            run_id: "r2".into(),
+            key: key(1),
+            resolution: Resolution::Abort,
+            by: "cy".into(),
+            at_ms: 1,
+            seen: None,
+        },
     ];
     for r in &records {
         paused_at(l, &r.run_id, r.key);
@@ -526,6 +535,7 @@ fn a_resolution_must_name_a_person(f: Fixture) {
             resolution: Resolution::Abort,
             by: by.into(),
             at_ms: 2,
+            seen: None,
         };
         assert_err(
             l.record_resolution(&record, RunStatus::Failed, Some("aborted")),
@@ -542,6 +552,7 @@ fn a_resolution_must_name_a_person(f: Fixture) {
         resolution: Resolution::Abort,
         by: " ann ".into(),
         at_ms: 2,
+        seen: None,
     };
     l.record_resolution(&named, RunStatus::Failed, Some("aborted by ann")).unwrap();
     assert_eq!(l.resolutions("r1").unwrap(), [named]);
@@ -558,6 +569,7 @@ fn a_decision_is_filed_once_and_only_while_the_run_waits_for_it(f: Fixture) {
         resolution,
         by: by.into(),
         at_ms,
+        seen: None,
     };
     let done = decision(key(1), Resolution::MarkDone { output: serde_json::json!({"id": "msg_1"}) }, "ann", 10);
     assert_err(l.record_resolution(&done, RunStatus::Running, None), &Error::NotFound { what: "run r1".into() });
@@ -615,6 +627,7 @@ fn forget_run_drops_everything_of_the_run(f: Fixture) {
             resolution: Resolution::Retry,
             by: "p".into(),
             at_ms: 1,
+            seen: None,
         };
         l.record_resolution(&retry, RunStatus::Running, None).unwrap();
     }
@@ -652,8 +665,14 @@ fn reopen_keeps_everything(f: Fixture) {
     paused_at(l, "run-1", k);
     let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
     l.intake(&d, run_of("run-2", RunStatus::Pending)).unwrap();
-    let res =
-        ResolutionRecord { run_id: "run-1".into(), key: k, resolution: Resolution::Abort, by: "p".into(), at_ms: 4 };
+    let res = ResolutionRecord {
+        run_id: "run-1".into(),
+        key: k,
+        resolution: Resolution::Abort,
+        by: "p".into(),
+        at_ms: 4,
+        seen: Some(Status::Failed),
+    };
     l.record_resolution(&res, RunStatus::Failed, Some("aborted by p")).unwrap();
     paused_at(l, "run-4", key(2));
     l.flush().unwrap();
@@ -1077,6 +1096,7 @@ fn memory_forget_run_leaves_no_entry_behind() {
             resolution: Resolution::Abort,
             by: "p".into(),
             at_ms: 1,
+            seen: None,
         };
         paused_at(&l, &run_id, key(0));
         l.record_resolution(&resolution, RunStatus::Failed, Some("aborted")).unwrap();

@@ -605,6 +605,9 @@ struct ShownDecision {
     #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<serde_json::Value>,
     key: String,
+    /// The key's status as the person saw it when deciding; left out when not known (filed by an older build).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seen_status: Option<&'static str>,
 }
 
 #[derive(serde::Serialize)]
@@ -684,6 +687,7 @@ fn show(path: &Path, run: &str) -> ExitCode {
                     Resolution::Retry | Resolution::Abort => None,
                 },
                 key: d.key.to_string(),
+                seen_status: d.seen.map(|s| s.as_str()),
             })
             .collect(),
         replay_history: history

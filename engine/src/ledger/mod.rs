@@ -302,6 +302,13 @@ pub struct ResolutionRecord {
     /// refuses an empty or blank name).
     pub by: String,
     pub at_ms: u64,
+    /// The status of the key's record as the person saw it when deciding ([`crate::executor::record_resolution`]
+    /// reads it): a drive applies the decision only to the outcome it was made on. An attempt that outlived its lease
+    /// may land its answer on the key after the decision (the run paused at an attempt of unknown outcome, and the
+    /// pause does not fence it); a mark-done over an answer that says the step definitely did not apply pauses the
+    /// run again instead. `None` when not known: a decision filed by an older build (a SQLite ledger before schema
+    /// version 5) or about a key without a record.
+    pub seen: Option<Status>,
 }
 
 /// Whether `name` names someone: it holds a letter or digit that is not a Hangul filler (U+115F, U+1160, U+3164,

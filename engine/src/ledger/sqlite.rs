@@ -201,6 +201,10 @@ pub const MIGRATIONS: &[&str] = &[
         replayed_ms INTEGER NOT NULL,
         PRIMARY KEY (run_id, replay)
     ) WITHOUT ROWID;",
+    // Version 5. The status of the key a person's decision was made on (`ResolutionRecord::seen`): an attempt that
+    // outlived its lease may land its answer after the decision, and a drive applies a decision only to the outcome
+    // it was made on. NULL for the decisions filed before (not known).
+    "ALTER TABLE resolutions ADD COLUMN seen_status TEXT;",
 ];
 
 /// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
@@ -215,6 +219,16 @@ const UNFINISHED_COLUMN_SINCE: i64 = 2;
 const REPLAYS_COUNTED_SINCE: i64 = 3;
 /// The first schema version with the `replays` table, the runs' replay history.
 const REPLAY_HISTORY_SINCE: i64 = 4;
+/// The first schema version with `resolutions.seen_status`.
+const SEEN_STATUS_SINCE: i64 = 5;
+
+/// Reads a run's resolutions: the columns [`SqliteLedger::resolutions`] takes, in its order.
+const RESOLUTIONS: &str =
+    "SELECT key, resolution, by_whom, at_ms, seen_status FROM resolutions WHERE run_id = ?1 ORDER BY id";
+/// [`RESOLUTIONS`] for a file before version 5, which keeps no decision's seen status: not known, as migrating it
+/// would set.
+const RESOLUTIONS_UNSEEN: &str =
+    "SELECT key, resolution, by_whom, at_ms, NULL FROM resolutions WHERE run_id = ?1 ORDER BY id";
 
 /// Reads a run row: the columns [`load_run_with`] takes, in its order.
 const LOAD_RUN: &str =
@@ -240,6 +254,7 @@ struct Reads {
     version: i64,
     load_run: &'static str,
     unfinished_runs: &'static str,
+    resolutions: &'static str,
 }
 
 impl Reads {
@@ -254,6 +269,7 @@ impl Reads {
             } else {
                 UNFINISHED_RUNS_BY_STATUS
             },
+            resolutions: if version >= SEEN_STATUS_SINCE { RESOLUTIONS } else { RESOLUTIONS_UNSEEN },
         }
     }
 
@@ -2146,11 +2162,19 @@ impl Ledger for SqliteLedger {
             resolution.check_waited_for(run.status, run.reason.as_deref())?;
             let mut stmt = conn
                 .prepare_cached(
-                    "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms, seen_status) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )
                 .map_err(storage)?;
-            stmt.execute(params![run_id, &resolution.key.0[..], json, resolution.by, to_sql(resolution.at_ms)])
-                .map_err(storage)?;
+            stmt.execute(params![
+                run_id,
+                &resolution.key.0[..],
+                json,
+                resolution.by,
+                to_sql(resolution.at_ms),
+                resolution.seen.map(Status::as_str)
+            ])
+            .map_err(storage)?;
             cache.note_row(run_id, |rows| &mut rows.resolutions);
             update_run_status(conn, cache, run_id, None, status, reason, resolution.at_ms)?;
             Ok(((), Commit::Now))
@@ -2159,17 +2183,21 @@ impl Ledger for SqliteLedger {
 
     fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
         self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT key, resolution, by_whom, at_ms FROM resolutions WHERE run_id = ?1 ORDER BY id")
-                .map_err(storage)?;
+            let mut stmt = conn.prepare_cached(self.reads.resolutions).map_err(storage)?;
             let rows = stmt
                 .query_map([run_id], |r| {
-                    Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+                    Ok((
+                        r.get::<_, Vec<u8>>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ))
                 })
                 .map_err(storage)?;
             let mut out = Vec::new();
             for row in rows {
-                let (key, json, by, at) = row.map_err(storage)?;
+                let (key, json, by, at, seen) = row.map_err(storage)?;
                 // Filed two levels below a mark-done's output, which may nest as deep as a canonical document.
                 let resolution: Resolution = crate::doc::from_str_deep(&json, crate::canonical::DEPTH_MAX + 2)
                     .map_err(|e| corrupt(format!("a resolution that does not decode: {e}")))?;
@@ -2179,6 +2207,7 @@ impl Ledger for SqliteLedger {
                     resolution,
                     by,
                     at_ms: from_sql(at),
+                    seen: seen.as_deref().map(parse_status).transpose()?,
                 });
             }
             Ok(out)

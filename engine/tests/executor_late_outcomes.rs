@@ -1,0 +1,580 @@
+//! An attempt that outlives its lease, beside a pause. Worker A claims a step's key and calls the connector, and
+//! stalls; its lease expires; worker B finds the attempt's outcome unknown and pauses the run at that key for a
+//! person, without claiming it (so the fence does not move, and A's answer, when it comes, is recorded: it may be the
+//! evidence the person needs). These tests stage exactly that, deterministically: a manual clock shared by every
+//! worker (the lease expires when the test moves it) and a connector whose call waits until the test releases it with
+//! the answer it is to give. Then they check what each decision of a person does with the late outcome, and what a
+//! late answer does after a decision, on both ledgers: a decision applies only to the outcome it was made on
+//! (`ResolutionRecord::seen`), a person's retry allows one more attempt even where the key's attempts ran out, and a
+//! late write after a decision was applied is fenced. (Found by a QA pass, stop 49.)
+#![cfg(not(madsim))]
+
+mod common;
+
+use common::*;
+use engine::clock::{Clock, RuntimeClock};
+use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
+use engine::executor::{Engine, EngineConfig, Error, record_resolution};
+use engine::key::Key;
+use engine::ledger::{Completion, Ledger, Resolution, RunStatus, Status, paused_key};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The runtime's clock, which the test can also move forward at once (to expire a lease without waiting it out).
+struct JumpClock {
+    runtime: RuntimeClock,
+    jumped_ms: AtomicU64,
+}
+
+impl JumpClock {
+    fn new(ms: u64) -> Arc<Self> {
+        Arc::new(Self { runtime: RuntimeClock::new(ms), jumped_ms: AtomicU64::new(0) })
+    }
+    fn advance(&self, ms: u64) {
+        self.jumped_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for JumpClock {
+    fn now_ms(&self) -> u64 {
+        self.runtime.now_ms() + self.jumped_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// What a released call answers.
+#[derive(Debug)]
+enum Answer {
+    /// Commit an effect and answer `Applied` with this output.
+    Apply(Value),
+    /// Nothing committed; a definite, retryable failure.
+    Fail,
+}
+
+enum Entry {
+    /// Wait for the test to send the answer.
+    Wait(oneshot::Receiver<Answer>),
+}
+
+#[derive(Default)]
+struct GatedState {
+    script: VecDeque<Entry>,
+    /// (attempt, key) of every call, as it arrived.
+    calls: Vec<(u32, Key)>,
+    /// Outputs of the committed effects.
+    effects: Vec<Value>,
+    /// Calls answered.
+    answered: usize,
+}
+
+/// A connector with one action, `payout`, of the class given: each call takes the next script entry (waiting for the
+/// test's answer); past the script it commits at once and answers `{"id": "auto-N"}`. Lookups find nothing.
+struct Gated {
+    actions: Vec<ActionSpec>,
+    state: Mutex<GatedState>,
+}
+
+impl Gated {
+    fn new(spec: ActionSpec) -> Arc<Self> {
+        Arc::new(Self { actions: vec![spec], state: Mutex::new(GatedState::default()) })
+    }
+    /// The next call waits for the answer sent through the returned sender.
+    fn gate(&self) -> oneshot::Sender<Answer> {
+        let (tx, rx) = oneshot::channel();
+        self.state.lock().unwrap().script.push_back(Entry::Wait(rx));
+        tx
+    }
+    fn calls(&self) -> usize {
+        self.state.lock().unwrap().calls.len()
+    }
+    fn answered(&self) -> usize {
+        self.state.lock().unwrap().answered
+    }
+    fn effects(&self) -> Vec<Value> {
+        self.state.lock().unwrap().effects.clone()
+    }
+}
+
+impl Connector for Gated {
+    fn name(&self) -> &str {
+        "bank"
+    }
+    fn actions(&self) -> &[ActionSpec] {
+        &self.actions
+    }
+    fn call<'a>(&'a self, request: Request<'a>) -> BoxFuture<'a, Outcome> {
+        Box::pin(async move {
+            let entry = {
+                let mut state = self.state.lock().unwrap();
+                state.calls.push((request.attempt, *request.key));
+                state.script.pop_front()
+            };
+            let answer = match entry {
+                Some(Entry::Wait(rx)) => rx.await.expect("the test answers every gated call"),
+                None => {
+                    let n = self.state.lock().unwrap().effects.len() + 1;
+                    Answer::Apply(json!({ "id": format!("auto-{n}") }))
+                }
+            };
+            let mut state = self.state.lock().unwrap();
+            state.answered += 1;
+            match answer {
+                Answer::Apply(output) => {
+                    state.effects.push(output.clone());
+                    Outcome::Applied(output.into())
+                }
+                Answer::Fail => Outcome::NotApplied(NotApplied {
+                    error: "503 unavailable".to_string(),
+                    retryable: true,
+                    retry_after_ms: None,
+                }),
+            }
+        })
+    }
+    fn lookup<'a>(&'a self, _request: Request<'a>) -> BoxFuture<'a, LookupOutcome> {
+        Box::pin(async move { LookupOutcome::NotFound })
+    }
+}
+
+/// How B comes to pause the run at the key A stalled on.
+#[derive(Debug, Clone, Copy)]
+enum Why {
+    /// An at-most-once action: an expired lease is an unknown outcome, never retried automatically.
+    AtMostOnce,
+    /// A keyed action without a lookup, past its key retention.
+    KeyedPastRetention,
+    /// A lookup-before-create action whose attempts ran out (B allows one).
+    LookupAttemptsExhausted,
+}
+
+const WHYS: [Why; 3] = [Why::AtMostOnce, Why::KeyedPastRetention, Why::LookupAttemptsExhausted];
+
+impl Why {
+    fn spec(self) -> ActionSpec {
+        match self {
+            Why::AtMostOnce => at_most_once("payout"),
+            Why::KeyedPastRetention => keyed("payout", 1_000, false),
+            Why::LookupAttemptsExhausted => lookup("payout", 0),
+        }
+    }
+    fn config(self, worker: &str) -> EngineConfig {
+        let mut config = config(worker);
+        if let Why::LookupAttemptsExhausted = self {
+            config.retry.attempt_count_max = 1;
+        }
+        config
+    }
+}
+
+/// pay (the gated action) then notify (keyed), which sends the id of pay's output: what a later step saw.
+fn pay_then_notify() -> Value {
+    json!({"name": "wf", "steps": [
+        {"id": "pay", "action": "bank.payout", "inputs": {"amount": "{{trigger.amount}}"}},
+        {"id": "notify", "action": "api.notify", "inputs": {"paid": "{{steps.pay.output.id}}"}}
+    ]})
+}
+
+struct Staged {
+    why: Why,
+    clock: Arc<JumpClock>,
+    ledger: Arc<dyn Ledger>,
+    bank: Arc<Gated>,
+    api: Arc<Scripted>,
+    /// A's drive, stalled in its payout call.
+    a: Option<tokio::task::JoinHandle<Result<RunStatus, Error>>>,
+    /// Releases A's call with its (late) answer.
+    release: Option<oneshot::Sender<Answer>>,
+    /// The key the run paused at.
+    key: Key,
+}
+
+impl Staged {
+    fn engine(&self, worker: &str, recorder: Arc<Recorder>) -> Engine {
+        let connectors = [self.bank.clone() as Arc<dyn Connector>, self.api.clone() as Arc<dyn Connector>];
+        engine_on(
+            self.clock.clone(),
+            self.why.config(worker),
+            self.ledger.clone(),
+            recorder,
+            &connectors,
+            &[],
+            &[pay_then_notify()],
+        )
+    }
+
+    /// A's answer arrives late; A's drive ends (its next claim is refused: the run is not its own any more) with the
+    /// run's status as it then stands.
+    async fn late_answer(&mut self, answer: Answer) -> Result<RunStatus, Error> {
+        let answered = self.bank.answered();
+        self.release.take().expect("A's call is held").send(answer).expect("A is waiting");
+        wait_for(|| self.bank.answered() > answered).await;
+        let a = self.a.take().expect("A's drive");
+        tokio::time::timeout(Duration::from_secs(10), a).await.expect("A's drive ends").expect("joined")
+    }
+
+    fn record(&self) -> engine::ledger::StepRecord {
+        self.ledger.get(&self.key).unwrap().expect("the paused key's record")
+    }
+
+    fn run(&self) -> engine::ledger::RunRecord {
+        self.ledger.get_run("r").unwrap().unwrap()
+    }
+
+    /// What the notify step sent as pay's output id, per notify effect.
+    fn notified(&self) -> Vec<Value> {
+        self.api.effects().iter().map(|e| e.inputs["paid"].clone()).collect()
+    }
+}
+
+async fn wait_for(done: impl Fn() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("not reached within 10 s");
+}
+
+/// A drives run `r`, claims pay's key (fence 1) and calls; the call hangs. The clock passes A's lease. B drives the
+/// run and pauses it at pay's key, as the class says, without claiming it.
+async fn stage(name: &'static str, ledger: Arc<dyn Ledger>, why: Why) -> Staged {
+    let clock = JumpClock::new(1_000_000);
+    let bank = Gated::new(why.spec());
+    let api = Scripted::new("api", vec![keyed("notify", 3_600_000, false)], &[]);
+    let release = bank.gate();
+    let connectors = [bank.clone() as Arc<dyn Connector>, api.clone() as Arc<dyn Connector>];
+    let a = Arc::new(engine_on(
+        clock.clone(),
+        EngineConfig { lease_ms: SHORT_LEASE_MS, ..config("wA") },
+        ledger.clone(),
+        Recorder::new(),
+        &connectors,
+        &[],
+        &[pay_then_notify()],
+    ));
+    a.create_run("wf", "r", &engine::doc!({"amount": 5})).unwrap();
+    let a = {
+        let a = a.clone();
+        tokio::spawn(async move { a.drive("r").await })
+    };
+    wait_for(|| bank.calls() == 1).await;
+    clock.advance(5_000);
+    let mut staged = Staged { why, clock, ledger, bank, api, a: Some(a), release: Some(release), key: Key([0; 32]) };
+    let b = staged.engine("wB", Recorder::new());
+    assert_eq!(b.drive("r").await.unwrap(), RunStatus::Paused, "{name} {why:?}: B pauses");
+    let reason = staged.run().reason.expect("a pause reason");
+    staged.key = paused_key(&reason).expect("the key paused at");
+    let record = staged.record();
+    assert_eq!((record.status, record.fence, record.owner.as_str()), (Status::Started, 1, "wA"), "{name} {why:?}");
+    assert_eq!(staged.bank.calls(), 1, "{name} {why:?}: B sent nothing");
+    staged
+}
+
+fn every_case() -> Vec<(&'static str, Arc<dyn Ledger>, Why)> {
+    let mut out = Vec::new();
+    for why in WHYS {
+        for (name, ledger) in ledgers() {
+            out.push((name, ledger, why));
+        }
+    }
+    out
+}
+
+fn text(bytes: Option<&[u8]>) -> Option<String> {
+    bytes.map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+const LATE_X: &str = r#"{"id":"late-X"}"#;
+
+fn late_x() -> Answer {
+    Answer::Apply(json!({"id": "late-X"}))
+}
+
+fn person_y() -> Resolution {
+    Resolution::MarkDone { output: json!({"id": "person-Y"}) }
+}
+
+/// A's late "applied" lands on the paused key (accepted: the fence did not move); a person then decides retry. The
+/// drive replays the stored output: the payout is not sent again, and the later step sees A's output. (A succeeded
+/// key is final, so the retry has nothing left to send; no `resolved` event is reported for it.)
+#[tokio::test]
+async fn a_late_applied_answer_then_a_retry_replays_it_and_sends_nothing_again() {
+    for (name, ledger, why) in every_case() {
+        let mut s = stage(name, ledger, why).await;
+        let a = s.late_answer(late_x()).await;
+        assert_eq!(a.unwrap(), RunStatus::Paused, "{name} {why:?}: A's drive stops; the run stays paused");
+        let record = s.record();
+        assert_eq!((record.status, record.fence), (Status::Succeeded, 1), "{name} {why:?}: A's late write accepted");
+        assert_eq!(text(record.output.as_deref()).as_deref(), Some(LATE_X), "{name} {why:?}");
+        assert_eq!(s.run().status, RunStatus::Paused, "{name} {why:?}");
+
+        let recorder = Recorder::new();
+        let c = s.engine("wC", recorder.clone());
+        assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded, "{name} {why:?}");
+        assert_eq!(s.bank.calls(), 1, "{name} {why:?}: the payout was not sent again");
+        assert_eq!(s.bank.effects().len(), 1, "{name} {why:?}");
+        assert_eq!(s.notified(), [json!("late-X")], "{name} {why:?}: the later step saw A's output");
+        assert_eq!(text(s.record().output.as_deref()).as_deref(), Some(LATE_X), "{name} {why:?}");
+        assert_eq!(recorder.count("replayed pay"), 1, "{name} {why:?}: {:?}", recorder.lines());
+    }
+}
+
+/// A's late "applied" (output X) lands; a person, who read the pause, marks the step done with another output Y.
+/// Nothing is sent again, the stored X stands (a succeeded key is final, and X is the API's own answer) and later
+/// steps see X. The decision is filed with the status the person saw, `succeeded`, which `flow show` lists beside it.
+/// (Known gap: the decision is accepted, and its output Y is not used; nothing tells the person so.)
+#[tokio::test]
+async fn a_mark_done_over_a_late_applied_answer_keeps_the_apis_output() {
+    for (name, ledger, why) in every_case() {
+        let mut s = stage(name, ledger, why).await;
+        s.late_answer(late_x()).await.unwrap();
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.resolve("r", person_y(), "ann").await.unwrap(), RunStatus::Succeeded, "{name} {why:?}");
+        assert_eq!(s.bank.calls(), 1, "{name} {why:?}: nothing sent again");
+        assert_eq!(text(s.record().output.as_deref()).as_deref(), Some(LATE_X), "{name} {why:?}: X stands");
+        assert_eq!(s.notified(), [json!("late-X")], "{name} {why:?}");
+        let filed = s.ledger.resolutions("r").unwrap();
+        assert_eq!(filed.iter().map(|r| r.seen).collect::<Vec<_>>(), [Some(Status::Succeeded)], "{name} {why:?}");
+    }
+}
+
+/// A's late definite failure lands on the paused key (failed, fence 1). Each decision made after it does what the
+/// person decided, with the failure in view: retry sends once, mark-done adopts the person's output (they saw the
+/// failure, and know of an effect the API does not: a payout made by hand), abort fails the run. Also where the
+/// failure leaves the key failed for good (a lookup action whose attempts ran out): the drive would fail the run, and
+/// applies the person's decision instead (before the fix, the decision was dropped and the run failed).
+#[tokio::test]
+async fn a_late_definite_failure_then_each_decision() {
+    for decision in [Resolution::Retry, person_y(), Resolution::Abort] {
+        for (name, ledger, why) in every_case() {
+            // A keyed action's definite failure lets the drive retry the key on its own (the person's output is
+            // not used): covered by `a_keyed_step_retries_on_its_own_over_a_mark_done`.
+            if let (Why::KeyedPastRetention, Resolution::MarkDone { .. }) = (why, &decision) {
+                continue;
+            }
+            let mut s = stage(name, ledger, why).await;
+            assert_eq!(s.late_answer(Answer::Fail).await.unwrap(), RunStatus::Paused, "{name} {why:?}");
+            assert_eq!(s.bank.calls(), 1, "{name} {why:?}: A sent nothing more (the run is not its own)");
+            let record = s.record();
+            assert_eq!((record.status, record.fence), (Status::Failed, 1), "{name} {why:?}");
+            let c = s.engine("wC", Recorder::new());
+            let status = c.resolve("r", decision.clone(), "ann").await.unwrap();
+            let record = s.record();
+            let case = format!("{name} {why:?} {}", decision.name());
+            match &decision {
+                Resolution::Retry => {
+                    assert_eq!(status, RunStatus::Succeeded, "{case}");
+                    assert_eq!((s.bank.calls(), s.bank.effects().len()), (2, 1), "{case}: sent once more, one effect");
+                    assert_eq!(record.fence, 2, "{case}");
+                    assert_eq!(s.notified(), [json!("auto-1")], "{case}");
+                }
+                Resolution::MarkDone { .. } => {
+                    assert_eq!(status, RunStatus::Succeeded, "{case}");
+                    assert_eq!(s.bank.calls(), 1, "{case}");
+                    assert_eq!(text(record.output.as_deref()).as_deref(), Some(r#"{"id":"person-Y"}"#), "{case}");
+                    assert_eq!(s.notified(), [json!("person-Y")], "{case}");
+                }
+                Resolution::Abort => {
+                    assert_eq!(status, RunStatus::Failed, "{case}");
+                    assert_eq!(s.run().reason.as_deref(), Some("aborted by ann"), "{case}");
+                    assert_eq!(s.bank.calls(), 1, "{case}");
+                    assert!(s.notified().is_empty(), "{case}");
+                }
+            }
+        }
+    }
+}
+
+/// A person reads the pause ("may have applied") and files mark-done; before a drive applies it, A's late answer
+/// lands: the API definitely did NOT apply the payout. The decision's premise is gone, so the run pauses again, with
+/// the failure in its reason, for a new decision; applying it would record a success with no payout behind it (I2),
+/// which is what happened before the fix. A new decision (retry) then sends the payout once. (At-most-once only: for
+/// the keyed and lookup classes the late failure lets A's drive retry on its own, which is right.)
+#[tokio::test]
+async fn a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::AtMostOnce).await;
+        record_resolution(s.ledger.as_ref(), "r", &person_y(), "ann", s.clock.now_ms()).unwrap();
+        assert_eq!(s.ledger.resolutions("r").unwrap()[0].seen, Some(Status::Started), "{name}");
+        let a = s.late_answer(Answer::Fail).await;
+        assert_eq!(a.unwrap(), RunStatus::Paused, "{name}: A's drive found the decision, and paused again");
+        let record = s.record();
+        assert_eq!(record.status, Status::Failed, "{name}: no success recorded without an effect");
+        assert!(s.bank.effects().is_empty() && s.notified().is_empty(), "{name}");
+        let run = s.run();
+        let reason = run.reason.as_deref().unwrap_or_default();
+        assert_eq!(run.status, RunStatus::Paused, "{name}");
+        assert!(
+            reason.contains(
+                "the attempt's answer came after ann decided to mark the step done, and says it definitely \
+                             did not apply (503 unavailable): a person must decide again"
+            ),
+            "{name}: {reason}"
+        );
+        assert_eq!(paused_key(reason), Some(s.key), "{name}: {reason}");
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.resolve("r", Resolution::Retry, "bo").await.unwrap(), RunStatus::Succeeded, "{name}");
+        assert_eq!((s.bank.calls(), s.bank.effects().len()), (2, 1), "{name}: sent once more, one payout");
+        assert_eq!(s.notified(), [json!("auto-1")], "{name}");
+    }
+}
+
+/// A keyed action past its retention, A's late definite failure, then a mark-done: the drive retries the key on its
+/// own (the failure is definite, and the class retries), so the payout is made once and the person's output is not
+/// used.
+#[tokio::test]
+async fn a_keyed_step_retries_on_its_own_over_a_mark_done() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::KeyedPastRetention).await;
+        s.late_answer(Answer::Fail).await.unwrap();
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.resolve("r", person_y(), "ann").await.unwrap(), RunStatus::Succeeded, "{name}");
+        assert_eq!((s.bank.calls(), s.bank.effects().len()), (2, 1), "{name}: sent once more, one payout");
+        assert_eq!(s.notified(), [json!("auto-1")], "{name}");
+    }
+}
+
+/// A retry filed before A's late answer lands. Late "applied": nothing is sent again and the stored output is used.
+/// Late definite failure: the payout is sent once more, by the person's decision.
+#[tokio::test]
+async fn a_retry_filed_before_the_late_answer() {
+    for applied in [true, false] {
+        for (name, ledger, why) in every_case() {
+            let mut s = stage(name, ledger, why).await;
+            record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
+            let _ = s.late_answer(if applied { late_x() } else { Answer::Fail }).await.unwrap();
+            let c = s.engine("wC", Recorder::new());
+            resume_all(&c).await;
+            let case = format!("{name} {why:?} late {}", if applied { "applied" } else { "failure" });
+            assert_eq!(s.run().status, RunStatus::Succeeded, "{case}");
+            assert_eq!(s.bank.effects().len(), 1, "{case}: one payout");
+            assert_eq!(s.bank.calls(), if applied { 1 } else { 2 }, "{case}");
+            assert_eq!(s.notified().len(), 1, "{case}: notified once");
+        }
+    }
+}
+
+/// A's late answer after the person's decision was applied and another worker drove the key: refused (fenced),
+/// whatever it brings, and the newer outcome stands. Retry: the claim moved the fence (A's effect and the retry's are
+/// two, as the person decided; A's answer is not recorded anywhere, as a fenced write is dropped). Mark-done: the
+/// person's output stands. Mid-flight (C's retry call not yet answered): every fence-1 write is refused. Abort: no
+/// claim, so A's late "applied" is accepted on the key, and the run stays failed, "aborted by ann".
+#[tokio::test]
+async fn a_late_answer_after_the_decision_was_applied_is_fenced() {
+    for (name, ledger, why) in every_case() {
+        for decision in [Resolution::Retry, person_y(), Resolution::Abort] {
+            let case = format!("{name} {why:?} {}", decision.name());
+            let mut s = stage(name, ledger.clone(), why).await;
+            // `ledgers()` is shared by the three decisions: the run is forgotten after each.
+            let c = s.engine("wC", Recorder::new());
+            let status = c.resolve("r", decision.clone(), "ann").await.unwrap();
+            let before = s.record();
+            assert_eq!(s.late_answer(late_x()).await.unwrap(), status, "{case}: A's drive ends with the run's status");
+            let after = s.record();
+            match &decision {
+                Resolution::Abort => {
+                    assert_eq!(status, RunStatus::Failed, "{case}");
+                    assert_eq!((after.status, after.fence), (Status::Succeeded, 1), "{case}: accepted");
+                    assert_eq!(s.run().reason.as_deref(), Some("aborted by ann"), "{case}: the abort stands");
+                    assert!(s.notified().is_empty(), "{case}");
+                }
+                _ => {
+                    assert_eq!(status, RunStatus::Succeeded, "{case}");
+                    assert_eq!(after, before, "{case}: the newer outcome stands");
+                    assert_eq!(before.fence, 2, "{case}");
+                    let direct = s.ledger.complete(&s.key, 1, Completion::Failed { error: "late".into() }, 0);
+                    assert!(matches!(direct, Err(engine::ledger::Error::Fenced { .. })), "{case}: {direct:?}");
+                    assert_eq!(s.notified().len(), 1, "{case}");
+                }
+            }
+            s.ledger.forget_run("r").unwrap();
+        }
+    }
+}
+
+/// The person's retry is being sent by C (claimed, fence 2, call unanswered) when A's late answer arrives: every
+/// write under fence 1 is refused, and C's answer is the key's.
+#[tokio::test]
+async fn a_late_answer_while_the_persons_retry_is_in_flight_is_fenced() {
+    for (name, ledger, why) in every_case() {
+        let mut s = stage(name, ledger, why).await;
+        let c_release = s.bank.gate();
+        let c = Arc::new(s.engine("wC", Recorder::new()));
+        let c_drive = {
+            let c = c.clone();
+            tokio::spawn(async move { c.resolve("r", Resolution::Retry, "ann").await })
+        };
+        wait_for(|| s.bank.calls() == 2).await;
+        for completion in [
+            Completion::Succeeded { output: LATE_X.as_bytes().to_vec() },
+            Completion::Failed { error: "late".into() },
+            Completion::Unknown { reason: "late".into() },
+        ] {
+            let direct = s.ledger.complete(&s.key, 1, completion, s.clock.now_ms());
+            assert!(matches!(direct, Err(engine::ledger::Error::Fenced { .. })), "{name} {why:?}: {direct:?}");
+        }
+        let record = s.record();
+        assert_eq!((record.status, record.fence, record.owner.as_str()), (Status::Started, 2, "wC"), "{name} {why:?}");
+        c_release.send(Answer::Apply(json!({"id": "retry-Z"}))).unwrap();
+        assert_eq!(c_drive.await.unwrap().unwrap(), RunStatus::Succeeded, "{name} {why:?}");
+        assert_eq!(s.late_answer(late_x()).await.unwrap(), RunStatus::Succeeded, "{name} {why:?}");
+        assert_eq!(text(s.record().output.as_deref()).as_deref(), Some(r#"{"id":"retry-Z"}"#), "{name} {why:?}");
+        assert_eq!(s.notified(), [json!("retry-Z")], "{name} {why:?}");
+    }
+}
+
+/// Through the admin CLI, on a ledger file: `flow show` puts A's late success beside the pause (`paused_here`,
+/// status succeeded, A's output), `flow resolve --retry` records the decision (`flow show` lists the status it was
+/// made on), and the next drive replays the stored output without a second payout.
+#[tokio::test]
+async fn a_late_success_through_flow_show_and_flow_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+    let mut s = stage("file", ledger, Why::AtMostOnce).await;
+    s.late_answer(late_x()).await.unwrap();
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    let here: Vec<&Value> = shown["steps"].as_array().unwrap().iter().filter(|s| s["paused_here"] == true).collect();
+    assert_eq!(here.len(), 1, "{stdout}");
+    assert_eq!((&here[0]["status"], &here[0]["output"]), (&json!("succeeded"), &json!({"id": "late-X"})), "{stdout}");
+    assert_eq!(shown["status"], json!("paused"), "{stdout}");
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r", "--retry", "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (0, "run r is now running\n"), "{stderr}");
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(shown["decisions"][0]["seen_status"], json!("succeeded"), "{stdout}");
+    let c = s.engine("wC", Recorder::new());
+    assert_eq!(resume_all(&c).await, [("r".to_string(), RunStatus::Succeeded)]);
+    assert_eq!(s.bank.calls(), 1, "not sent again");
+    assert_eq!(s.notified(), [json!("late-X")]);
+}
+
+/// A's late definite failure lands on a key paused because its attempts ran out (a lookup action); a person then
+/// decides retry. The drive finds the key failed with its attempts used up, which fails the run, but a person's retry
+/// allows exactly one more attempt whatever the class and count: the payout is sent once more. (Before the fix the
+/// decision was dropped and the run failed, "attempts exhausted, none applied".)
+#[tokio::test]
+async fn a_retry_after_a_late_failure_on_a_key_whose_attempts_ran_out_is_applied() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::LookupAttemptsExhausted).await;
+        s.late_answer(Answer::Fail).await.unwrap();
+        assert_eq!(s.record().status, Status::Failed, "{name}");
+        let recorder = Recorder::new();
+        let c = s.engine("wC", recorder.clone());
+        let status = c.resolve("r", Resolution::Retry, "ann").await.unwrap();
+        assert_eq!((status, s.bank.calls(), s.bank.effects().len()), (RunStatus::Succeeded, 2, 1), "{name}");
+        assert_eq!(recorder.count("resolved"), 1, "{name}: {:?}", recorder.lines());
+    }
+}
