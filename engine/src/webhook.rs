@@ -6,7 +6,12 @@
 //! [`RETENTION_MS_DEFAULT`], 35 days, by default: senders retry for days and people resend by hand for weeks).
 //!
 //! Signatures are Stripe style: the header reads `t=<unix seconds>,v1=<hex HMAC-SHA256>` (several `v1` allowed,
-//! for secret rotation), the MAC is over `"{t}.{body}"`, and `t` must be within the source's tolerance of now.
+//! for secret rotation), and `t` must be within the source's tolerance of now. The MAC covers what the engine
+//! deduplicates and starts runs by, not only the body: it is over `"{t}.{event id}.{object id}.{event type}.{body}"`,
+//! each of the three written as its length in bytes (decimal), `:` and its bytes, or `-` when the delivery has none
+//! ([`signed_content`]). (Stripe's own MAC is over `"{t}.{body}"`, whose body carries the event's id; here the event
+//! id is a field of its own, as in Svix's scheme, so it must be signed too: else one genuine delivery, resent within
+//! the tolerance under new event ids, would start a run for each.)
 //! A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
 //! ([`crate::ledger::Ledger::record_rejected`]) and never run.
 //!
@@ -58,7 +63,7 @@ pub enum Error {
     Unsigned,
     /// The signature header is not `t=...,v1=...`.
     MalformedSignature(String),
-    /// No `v1` signature matches the body and timestamp.
+    /// No `v1` signature matches the delivery's signed content ([`signed_content`]).
     Forged,
     /// The signed timestamp is further from now than the tolerance.
     Stale {
@@ -88,7 +93,10 @@ impl std::fmt::Display for Error {
         match self {
             Error::Unsigned => write!(f, "unsigned delivery refused: the source requires a signature"),
             Error::MalformedSignature(why) => write!(f, "malformed signature header: {why}"),
-            Error::Forged => write!(f, "forged delivery refused: no signature matches the body and timestamp"),
+            Error::Forged => write!(
+                f,
+                "forged delivery refused: no signature matches the timestamp, event id, object id, event type and body"
+            ),
             Error::Stale { signed_ms, now_ms, tolerance_ms } => write!(
                 f,
                 "stale delivery refused: signed at {signed_ms} ms, now {now_ms} ms, tolerance {tolerance_ms} ms"
@@ -146,24 +154,44 @@ pub fn dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
     }
 }
 
-/// The MAC of `"<seconds>.<body>"`; `timestamp_s` is the seconds in decimal without leading zeros (as `itoa` spells
-/// them), so a header that pads them verifies like one that does not.
-fn mac(secret: &[u8], timestamp_s: &str, body: &[u8]) -> Hmac<Sha256> {
+/// The MAC of a delivery's signed content ([`signed_content`]); `timestamp_s` is the seconds in decimal without
+/// leading zeros (as `itoa` spells them), so a header that pads them verifies like one that does not.
+fn mac(secret: &[u8], timestamp_s: &str, incoming: &Incoming) -> Hmac<Sha256> {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(timestamp_s.as_bytes());
-    mac.update(b".");
-    mac.update(body);
+    signed_content(timestamp_s, incoming, |part| mac.update(part));
     mac
+}
+
+/// Feeds `update` what a delivery's MAC is over, in order: `"{t}.{event id}.{object id}.{event type}.{body}"`, each
+/// of the three fields written as its length in bytes (decimal), `:` and its bytes, or `-` when absent, so that no
+/// byte can move from one field to the next and keep the MAC. (A sender in another language writes the same bytes.)
+pub fn signed_content(timestamp_s: &str, incoming: &Incoming, mut update: impl FnMut(&[u8])) {
+    update(timestamp_s.as_bytes());
+    let fields = [Some(incoming.event_id.as_str()), incoming.object_id.as_deref(), incoming.event_type.as_deref()];
+    for field in fields {
+        update(b".");
+        match field {
+            Some(text) => {
+                update(itoa::Buffer::new().format(text.len()).as_bytes());
+                update(b":");
+                update(text.as_bytes());
+            }
+            None => update(b"-"),
+        }
+    }
+    update(b".");
+    update(&incoming.body);
 }
 
 /// Room for a header of a 20-digit timestamp and a 64-digit tag.
 const SIGNATURE_HEADER_LEN: usize = "t=,v1=".len() + 20 + 64;
 
-/// The signature header a sender would attach: `t=<seconds>,v1=<hex>`.
-pub fn sign(secret: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
+/// The signature header a sender would attach to `incoming` (whose `signature` it ignores): `t=<seconds>,v1=<hex>`,
+/// the seconds those of `incoming.timestamp_ms`.
+pub fn sign(secret: &[u8], incoming: &Incoming) -> String {
     let mut seconds = itoa::Buffer::new();
-    let timestamp_s = seconds.format(timestamp_ms / 1000);
-    let tag = mac(secret, timestamp_s, body).finalize().into_bytes();
+    let timestamp_s = seconds.format(incoming.timestamp_ms / 1000);
+    let tag = mac(secret, timestamp_s, incoming).finalize().into_bytes();
     // Spelled without `format!`, whose machinery cost more than the tag's hex (one header per delivery); the seconds
     // are spelled once, for the MAC and the header.
     let mut out = String::with_capacity(SIGNATURE_HEADER_LEN);
@@ -201,7 +229,7 @@ pub fn verify(source: &Source, incoming: &Incoming, now_ms: u64) -> Result<(), E
     if !any_candidate {
         return Err(Error::MalformedSignature("no v1=".to_string()));
     }
-    let expected = mac(secret, itoa::Buffer::new().format(timestamp_s), &incoming.body);
+    let expected = mac(secret, itoa::Buffer::new().format(timestamp_s), incoming);
     // The `v1=` values are read again rather than gathered in a list on the first pass (the header is at most
     // SIGNATURE_LEN_MAX bytes). verify_slice compares in constant time.
     let verifies = items()

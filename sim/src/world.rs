@@ -1351,15 +1351,16 @@ fn deliver(
         // The event's payload as its canonical JSON, written once for every delivery of the event.
         let body = trigger.canonical().to_vec();
         let secret: &[u8] = if forged { b"not-the-secret" } else { WEBHOOK_SECRET };
-        let incoming = engine::webhook::Incoming {
+        let mut incoming = engine::webhook::Incoming {
             // `String::from(&str)`: a `CompactString`'s `to_string` goes through the formatting machinery.
             event_id: String::from(delivery.event_id.as_str()),
-            signature: Some(engine::webhook::sign(secret, now, &body)),
+            signature: None,
             body,
             timestamp_ms: now,
             object_id: Some(String::from(event.object_id.as_str())),
             event_type: Some(event.event_type.to_owned()),
         };
+        incoming.signature = Some(engine::webhook::sign(secret, &incoming));
         world.world_event("webhook-delivery", &[Field::Str(&delivery.event_id), Field::U64(delivery.attempt as u64)]);
         let source = world.webhook_sources.get(workflow).expect("a change's workflow is one of the mix's");
         match api.intake_webhook(source, &incoming) {
