@@ -872,23 +872,26 @@ impl Engine {
         if !self.workflows.contains_key(&source.workflow) {
             return Err(webhook::Error::UnknownWorkflow(source.workflow.clone()));
         }
-        let checked = if delivery.event_id.is_empty() {
-            Err(webhook::Error::EmptyEventId)
-        } else {
-            webhook::verify(source, delivery, now_ms).and_then(|()| {
+        if !ledger::names_someone(&source.name) {
+            return Err(webhook::Error::BlankSource);
+        }
+        let checked =
+            webhook::check_ids(delivery).and_then(|()| webhook::verify(source, delivery, now_ms)).and_then(|()| {
                 canonical::canonicalize_bytes(&delivery.body).map_err(|e| webhook::Error::InvalidBody(e.to_string()))
-            })
-        };
+            });
         let trigger = match checked {
             Ok(trigger) => trigger,
             Err(e) => {
-                let reason = e.to_string();
-                self.ledger
-                    .record_rejected(&source.name, &delivery.event_id, &reason, now_ms)
-                    .map_err(|e| webhook::Error::Ledger(e.to_string()))?;
+                // The refusal is the answer whatever happens to its record: a sender told of a ledger error would send
+                // it again (a 5xx), where the delivery itself is refused for good (a 4xx).
+                let event_id = webhook::recorded_event_id(&delivery.event_id);
+                let mut reason = e.to_string();
+                if let Err(failed) = self.ledger.record_rejected(&source.name, &event_id, &reason, now_ms) {
+                    reason.push_str(&format!(" (the refusal was not recorded: {failed})"));
+                }
                 self.observer.event(&Event::WebhookRejected {
                     source: &source.name,
-                    event_id: &delivery.event_id,
+                    event_id: &event_id,
                     reason: &reason,
                 });
                 return Err(e);

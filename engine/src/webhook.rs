@@ -27,6 +27,10 @@ pub const RETENTION_MS_DEFAULT: u64 = 35 * 24 * 3600 * 1000;
 pub const TOLERANCE_MS_DEFAULT: u64 = 5 * 60 * 1000;
 /// The longest signature header accepted, so a hostile header cannot cost much.
 pub const SIGNATURE_LEN_MAX: usize = 4096;
+/// The longest event id, object id or event type accepted, in bytes (senders' ids are a few dozen): a longer one is
+/// refused, and a refused delivery's event id is recorded cut to this length, so that unsigned junk cannot fill the
+/// ledger.
+pub const ID_LEN_MAX: usize = 255;
 
 /// A configured webhook sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +86,14 @@ pub enum Error {
     UnknownWorkflow(String),
     /// An empty event id cannot be deduplicated.
     EmptyEventId,
+    /// An event id, object id or event type that is blank (nothing visible in it) or longer than [`ID_LEN_MAX`].
+    InvalidId {
+        field: &'static str,
+        why: String,
+    },
+    /// The source's name is blank: its deliveries could not be told from another source's (a configuration error,
+    /// not a refusal of the delivery).
+    BlankSource,
     /// The engine was halted at [`crate::event::CrashPoint::DuringWebhookIntake`] (crash injection): nothing was
     /// written; the caller must treat the worker as dead.
     Halted,
@@ -107,6 +119,8 @@ impl std::fmt::Display for Error {
             Error::InvalidBody(why) => write!(f, "the body is not valid JSON: {why}"),
             Error::UnknownWorkflow(name) => write!(f, "the source starts workflow {name:?}, which is not registered"),
             Error::EmptyEventId => write!(f, "a delivery needs a non-empty event id"),
+            Error::InvalidId { field, why } => write!(f, "the delivery's {field} {why}"),
+            Error::BlankSource => write!(f, "the webhook source has a blank name"),
             Error::Halted => write!(f, "the engine was halted during intake"),
             Error::Ledger(why) => write!(f, "ledger error during intake: {why}"),
         }
@@ -118,8 +132,44 @@ impl std::error::Error for Error {}
 impl Error {
     /// Is this a refusal of the delivery itself (recorded as rejected), rather than a failure of the engine?
     pub fn is_rejection(&self) -> bool {
-        !matches!(self, Error::Halted | Error::Ledger(_) | Error::UnknownWorkflow(_))
+        !matches!(self, Error::Halted | Error::Ledger(_) | Error::UnknownWorkflow(_) | Error::BlankSource)
     }
+}
+
+/// Refuses a delivery whose event id (or object id or event type, where it has them) is empty, blank or longer than
+/// [`ID_LEN_MAX`]: an id that is only white space or invisible characters names nothing a person could find again.
+pub fn check_ids(incoming: &Incoming) -> Result<(), Error> {
+    if incoming.event_id.is_empty() {
+        return Err(Error::EmptyEventId);
+    }
+    let fields = [("event id", Some(&incoming.event_id)), ("object id", incoming.object_id.as_ref())];
+    let fields = fields.into_iter().chain([("event type", incoming.event_type.as_ref())]);
+    for (field, value) in fields {
+        let Some(value) = value else { continue };
+        if value.len() > ID_LEN_MAX {
+            return Err(Error::InvalidId {
+                field,
+                why: format!("is {} bytes long, longer than {ID_LEN_MAX}", value.len()),
+            });
+        }
+        if !crate::ledger::names_someone(value) {
+            return Err(Error::InvalidId { field, why: format!("{value:?} is blank") });
+        }
+    }
+    Ok(())
+}
+
+/// `event_id` as a refused delivery's record keeps it: cut to at most [`ID_LEN_MAX`] bytes (at a character
+/// boundary), with `…` after a cut.
+pub fn recorded_event_id(event_id: &str) -> std::borrow::Cow<'_, str> {
+    if event_id.len() <= ID_LEN_MAX {
+        return event_id.into();
+    }
+    let mut end = ID_LEN_MAX;
+    while !event_id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &event_id[..end]).into()
 }
 
 /// What every webhook run id starts with.

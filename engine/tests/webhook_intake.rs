@@ -1,5 +1,6 @@
 //! Webhook intake as a table: deliveries in (new, duplicate, forged, unsigned, stale, tampered, second event for
-//! one object), intake results, recorded rejections and started runs out.
+//! one object), intake results, recorded rejections and started runs out; the signature's coverage; ids refused at
+//! the edge.
 
 #![allow(clippy::cloned_ref_to_slice_refs, reason = "the clone coerces Arc<Scripted> to Arc<dyn Connector>")]
 
@@ -10,6 +11,7 @@ use engine::clock::{Clock, RuntimeClock};
 use engine::event::CrashPoint;
 use engine::ledger::{Intake, Ledger, RunStatus};
 use engine::webhook::{self, Error, Incoming, Source};
+use std::sync::Arc;
 
 const SECRET: &[u8] = b"whsec_test";
 
@@ -243,4 +245,104 @@ fn a_tag_is_exactly_its_hex_digits() {
 #[tokio::test]
 async fn tests_run_inside_madsim() {
     assert!(madsim::runtime::Handle::try_current().is_ok());
+}
+
+/// An event id, object id or event type that is blank or longer than `ID_LEN_MAX` is refused by name before anything
+/// else is checked (a blank id names nothing a person could find again; a huge one is junk), and a refused delivery's
+/// event id is recorded cut to `ID_LEN_MAX` bytes, so that forged deliveries cannot fill the ledger. A source with a
+/// blank name is a configuration error, not a refusal.
+#[tokio::test]
+async fn blank_and_huge_ids_are_refused_and_recorded_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn engine::ledger::Ledger> =
+        Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let recorder = Recorder::new();
+    let engine =
+        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    let now_ms = RuntimeClock::new(1_000_000).now_ms();
+    let body = r#"{"amount":5}"#;
+    let huge = "e".repeat(webhook::ID_LEN_MAX + 1);
+    let cases: Vec<(&str, Incoming, &str)> = vec![
+        (
+            "a blank event id",
+            delivery(" \u{200b}\t", body, now_ms, None),
+            "the delivery's event id \" \\u{200b}\\t\" is blank",
+        ),
+        (
+            "a huge event id",
+            delivery(&huge, body, now_ms, None),
+            "the delivery's event id is 256 bytes long, longer than 255",
+        ),
+        ("a blank object id", delivery("evt_o", body, now_ms, Some(" ")), "the delivery's object id \" \" is blank"),
+        (
+            "a huge event type",
+            Incoming { event_type: Some("t".repeat(300)), ..delivery("evt_t", body, now_ms, Some("cus_1")) },
+            "the delivery's event type is 300 bytes long, longer than 255",
+        ),
+    ];
+    for (why, incoming, says) in cases {
+        let refused = engine.intake_webhook(&source(true), &incoming).unwrap_err();
+        assert_eq!(refused.to_string(), says, "{why}");
+        assert!(matches!(refused, Error::InvalidId { .. }) && refused.is_rejection(), "{why}");
+        assert!(ledger.get_run(&webhook::run_id("stripe", &incoming.event_id)).unwrap().is_none(), "{why}");
+    }
+    // A forged delivery with a megabyte of event id: refused as too long, recorded cut.
+    let forged = delivery(&"f".repeat(1 << 20), body, now_ms, None);
+    let forged = Incoming { signature: Some(webhook::sign(b"not the secret", &forged)), ..forged };
+    assert!(matches!(engine.intake_webhook(&source(false), &forged), Err(Error::InvalidId { .. })));
+    ledger.flush().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let recorded: Vec<String> = conn
+        .prepare("SELECT event_id FROM rejected ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(recorded.len(), 5);
+    assert!(recorded.iter().all(|id| id.len() <= webhook::ID_LEN_MAX + "…".len()), "{recorded:?}");
+    assert_eq!(recorded[4], format!("{}…", "f".repeat(webhook::ID_LEN_MAX)));
+    assert_eq!(webhook::recorded_event_id("é".repeat(200).as_str()).len(), 254 + "…".len(), "cut at a character");
+    let blank = Source { name: " ".into(), ..source(false) };
+    let refused = engine.intake_webhook(&blank, &delivery("evt_b", body, now_ms, None)).unwrap_err();
+    assert_eq!((refused.clone(), refused.is_rejection()), (Error::BlankSource, false));
+}
+
+/// A refused delivery is answered as refused even when its record cannot be written (the ledger locked by another
+/// connection past the busy timeout): a sender told of a ledger error would send it again, where the delivery itself
+/// is refused for good (the observer's reason then says the refusal was not recorded).
+#[tokio::test]
+async fn a_refusal_stands_when_its_record_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        busy_timeout_ms: 50,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn engine::ledger::Ledger> =
+        Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let recorder = Recorder::new();
+    let engine =
+        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    let now_ms = RuntimeClock::new(1_000_000).now_ms();
+    let genuine = delivery("evt_1", r#"{"amount":5}"#, now_ms, None);
+    let forged = Incoming { signature: Some(webhook::sign(b"not the secret", &genuine)), ..genuine.clone() };
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    assert_eq!(engine.intake_webhook(&source(false), &forged), Err(Error::Forged));
+    assert!(matches!(engine.intake_webhook(&source(false), &genuine), Err(Error::Ledger(_))), "a real ledger error");
+    holder.execute_batch("COMMIT").unwrap();
+    assert!(matches!(engine.intake_webhook(&source(false), &genuine), Ok(Intake::Started { .. })), "nothing lost");
+    assert_eq!(recorder.count("webhook-rejected evt_1"), 1, "{:?}", recorder.lines());
+    ledger.flush().unwrap();
+    let recorded: i64 = holder.query_row("SELECT count(*) FROM rejected", [], |r| r.get(0)).unwrap();
+    assert_eq!(recorded, 0, "the refusal could not be recorded, and was answered all the same");
 }
