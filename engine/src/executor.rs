@@ -408,6 +408,10 @@ struct Drive<'a> {
 enum Next {
     /// Wait this long, then read and decide again.
     Sleep(u64),
+    /// Wait up to this long for the lease another attempt holds on the key (under `fence`) to end, looking at the
+    /// record every [`LEASE_WAIT_SLICE_MS`], then read and decide again: an attempt that ends early (nearly all do)
+    /// is replayed within a slice, not at its lease's expiry.
+    AwaitLease { ms: u64, fence: u64 },
     /// Read and decide again now.
     Again,
     /// The key is claimed: make the attempt.
@@ -524,6 +528,11 @@ pub fn record_resolution(
 
 /// The key named at the end of a pause reason (kept here too: the `flow` CLI and embedders found it here first).
 pub use crate::ledger::paused_key;
+
+/// How often a drive that waits for another attempt's lease on a key looks at the key's record again: a second drive
+/// of a run (a caller's retry of `start_run`, a run dispatched twice) answers within this of the first attempt's end,
+/// not at its lease's expiry (30 s by default). Each look is a point read; the waits are not counted as decisions.
+pub const LEASE_WAIT_SLICE_MS: u64 = 1_000;
 
 /// The most of an unstorable answer a pause reason shows, in bytes of its JSON.
 const UNSTORABLE_SHOWN_MAX: usize = 600;
@@ -1348,7 +1357,12 @@ impl Engine {
                         self.observer.event(&Event::Replayed { run_id, step_id, key: &key });
                         return Ok(End::Done(output));
                     }
-                    Decision::WaitUntil { until_ms } => Next::Sleep(until_ms.saturating_sub(now_ms)),
+                    Decision::WaitUntil { until_ms } => match &record {
+                        Some(r) if r.status == Status::Started => {
+                            Next::AwaitLease { ms: until_ms.saturating_sub(now_ms), fence: r.fence }
+                        }
+                        _ => Next::Sleep(until_ms.saturating_sub(now_ms)),
+                    },
                     Decision::Backoff { delay_ms } => {
                         let attempt = record.as_ref().map_or(1, |r| r.attempt_count + 1);
                         self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
@@ -1510,6 +1524,21 @@ impl Engine {
             } = match next {
                 Next::Sleep(ms) => {
                     sleep_ms(ms).await;
+                    continue;
+                }
+                Next::AwaitLease { ms, fence } => {
+                    let mut left = ms;
+                    while left > 0 {
+                        let slice = left.min(LEASE_WAIT_SLICE_MS);
+                        sleep_ms(slice).await;
+                        left -= slice;
+                        // Still the same attempt in flight? Anything else (an outcome, a takeover) is decided on now.
+                        let held =
+                            self.ledger.get(&key)?.is_some_and(|r| r.status == Status::Started && r.fence == fence);
+                        if !held {
+                            break;
+                        }
+                    }
                     continue;
                 }
                 Next::Again => continue,

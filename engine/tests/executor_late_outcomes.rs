@@ -578,3 +578,48 @@ async fn a_retry_after_a_late_failure_on_a_key_whose_attempts_ran_out_is_applied
         assert_eq!(recorder.count("resolved"), 1, "{name}: {:?}", recorder.lines());
     }
 }
+
+/// A second drive of a run whose key another drive's attempt holds (a caller's retry of `start_run`, a run dispatched
+/// twice) answers within a slice (`LEASE_WAIT_SLICE_MS`) of that attempt's end, not at its lease's expiry: it looks
+/// at the key again every slice while it waits. (Before, it slept out the whole lease, 30 s by default.) Nothing is
+/// sent twice.
+#[tokio::test]
+async fn a_second_drive_waits_for_the_first_attempt_not_for_its_lease() {
+    const { assert!(engine::executor::LEASE_WAIT_SLICE_MS * 10 <= 30_000) };
+    for (name, ledger) in ledgers() {
+        let clock = JumpClock::new(1_000_000);
+        let bank = Gated::new(keyed("payout", 3_600_000, false));
+        let api = Scripted::new("api", vec![keyed("notify", 3_600_000, false)], &[]);
+        let release = bank.gate();
+        let connectors = [bank.clone() as Arc<dyn Connector>, api.clone() as Arc<dyn Connector>];
+        let worker = |id: &str| {
+            Arc::new(engine_on(
+                clock.clone(),
+                EngineConfig { lease_ms: 30_000, ..config(id) },
+                ledger.clone(),
+                Recorder::new(),
+                &connectors,
+                &[],
+                &[pay_then_notify()],
+            ))
+        };
+        let (a, b) = (worker("wA"), worker("wB"));
+        a.create_run("wf", "r", &engine::doc!({"amount": 5})).unwrap();
+        let a_drive = tokio::spawn({
+            let a = a.clone();
+            async move { a.drive("r").await }
+        });
+        wait_for(|| bank.calls() == 1).await;
+        let b_drive = tokio::spawn({
+            let b = b.clone();
+            async move { b.drive("r").await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        release.send(Answer::Apply(json!({"id": "po_1"}))).expect("A waits for its answer");
+        assert_eq!(a_drive.await.unwrap().unwrap(), RunStatus::Succeeded, "{name}");
+        let b_ended = tokio::time::timeout(Duration::from_secs(10), b_drive).await;
+        let b_status = b_ended.unwrap_or_else(|_| panic!("{name}: B still waits 10 s after A's attempt ended"));
+        assert_eq!(b_status.unwrap().unwrap(), RunStatus::Succeeded, "{name}");
+        assert_eq!((bank.calls(), bank.effects().len(), api.effects().len()), (1, 1, 1), "{name}: nothing sent twice");
+    }
+}
