@@ -70,11 +70,13 @@ fn runs_stranded_at_the_end_are_the_first_violation_the_trace_marks() {
     assert!(!trace.contains("Some(") && !trace.contains("[("), "{trace}");
 }
 
-/// The short heal phase of `tests/sweep.rs`: seed 2 has runs that succeeded while a second drive waits out the lease
-/// the first took (`run-ended-still-driven`, which meets I8). Their drivers read as text in the trace; the hash keeps
-/// the text it always had, so these passing runs' trace hashes did not change.
+/// The short heal phase of `tests/sweep.rs`: at seed 2 (and others) runs used to succeed while a second drive of
+/// them slept out the lease the first had taken (`run-ended-still-driven`, which meets I8): the drive learnt of the
+/// end only when the lease ran out. A drive waiting for another attempt's lease now looks at the key every
+/// `LEASE_WAIT_SLICE_MS`, so it ends within a slice of the run: no run ends still driven, and every invariant holds.
+/// (The event's readable drivers are the stuck runs' text, checked above.)
 #[test]
-fn a_run_ended_while_still_driven_names_its_drivers_as_text() {
+fn no_run_ends_while_a_drive_still_waits_out_a_lease() {
     let mut profile = String::from("[world]\nheal_s_max = 100\n[mix]\ncheckout = 1.0\n");
     for c in ["payments", "contacts", "ledgerly", "email", "payouts"] {
         profile += &format!(
@@ -82,14 +84,11 @@ fn a_run_ended_while_still_driven_names_its_drivers_as_text() {
         );
     }
     profile += "[connectors.ledgerly]\nlag_ms_tail_max = 10000\nlookup_wait_ms = 15000\n";
-    let (results, trace) = traced(&profile, 2, 1_000, |_| {});
-    assert!(results.all_hold(), "{:?}", results.invariants);
-    let ended: Vec<&str> =
-        trace.lines().filter(|l| !l.starts_with("# ") && l.contains(" run-ended-still-driven ")).collect();
-    assert!(!ended.is_empty(), "{trace}");
-    for line in ended {
-        let (_, detail) = line.split_once(" status ").unwrap_or_else(|| panic!("{line}"));
-        assert!(detail.starts_with("succeeded; drivers: worker ") && detail.contains(" (incarnation "), "{line}");
-        assert!(!detail.contains("[("), "{line}");
+    for seed in 1..=3 {
+        let (results, trace) = traced(&profile, seed, 1_000, |_| {});
+        assert!(results.all_hold(), "seed {seed}: {:?}", results.invariants);
+        let ended: Vec<&str> =
+            trace.lines().filter(|l| !l.starts_with("# ") && l.contains(" run-ended-still-driven ")).collect();
+        assert!(ended.is_empty(), "seed {seed}: {ended:?}");
     }
 }
