@@ -408,10 +408,10 @@ struct Drive<'a> {
 enum Next {
     /// Wait this long, then read and decide again.
     Sleep(u64),
-    /// Wait up to this long for the lease another attempt holds on the key (under `fence`) to end, looking at the
-    /// record every [`LEASE_WAIT_SLICE_MS`], then read and decide again: an attempt that ends early (nearly all do)
-    /// is replayed within a slice, not at its lease's expiry.
-    AwaitLease { ms: u64, fence: u64 },
+    /// Wait until `until_ms` for the lease another attempt (begun at `attempt_ms`, under `fence`) holds on the key,
+    /// looking at the record while that attempt is young enough to be live ([`lease_wait_look_at`]), then read and
+    /// decide again: an attempt that ends early (nearly all do) is replayed soon after, not at its lease's expiry.
+    AwaitLease { until_ms: u64, attempt_ms: u64, fence: u64 },
     /// Read and decide again now.
     Again,
     /// The key is claimed: make the attempt.
@@ -529,10 +529,28 @@ pub fn record_resolution(
 /// The key named at the end of a pause reason (kept here too: the `flow` CLI and embedders found it here first).
 pub use crate::ledger::paused_key;
 
-/// How often a drive that waits for another attempt's lease on a key looks at the key's record again: a second drive
-/// of a run (a caller's retry of `start_run`, a run dispatched twice) answers within this of the first attempt's end,
-/// not at its lease's expiry (30 s by default). Each look is a point read; the waits are not counted as decisions.
-pub const LEASE_WAIT_SLICE_MS: u64 = 1_000;
+/// A drive that finds another attempt holding a key's lease looks at the key's record again when that attempt is this
+/// old, and then each time its age has doubled (50 ms, 100 ms, 200 ms...), while it is at most
+/// [`LEASE_WAIT_LOOK_AGE_MAX_MS`] old; after that it waits out the lease. So a second drive of a run (a caller's retry
+/// of `start_run`, a run dispatched twice) answers within about as long again as the first attempt took, not at its
+/// lease's expiry (30 s by default). Each look is a point read; the waits are not counted as decisions.
+pub const LEASE_WAIT_FIRST_LOOK_MS: u64 = 50;
+/// The age past which an attempt holding a key's lease is taken for a crashed or stalled worker's (a live call ends
+/// within seconds: its answer, its failure or its timeout), so a drive waiting for it stops looking and waits out the
+/// lease: a worker restarted after a crash resumes its runs without a look per doubling at every key its old self held.
+pub const LEASE_WAIT_LOOK_AGE_MAX_MS: u64 = 5_000;
+
+/// When a drive waiting for the lease of an attempt begun at `attempt_ms` looks at the key next, after `now_ms`: the
+/// first moment the attempt's age is [`LEASE_WAIT_FIRST_LOOK_MS`] times a power of two, if that age is at most
+/// [`LEASE_WAIT_LOOK_AGE_MAX_MS`]; `None` past it.
+fn lease_wait_look_at(attempt_ms: u64, now_ms: u64) -> Option<u64> {
+    let age_ms = now_ms.saturating_sub(attempt_ms);
+    let mut look_age_ms = LEASE_WAIT_FIRST_LOOK_MS;
+    while look_age_ms <= age_ms {
+        look_age_ms = look_age_ms.saturating_mul(2);
+    }
+    (look_age_ms <= LEASE_WAIT_LOOK_AGE_MAX_MS).then(|| attempt_ms.saturating_add(look_age_ms))
+}
 
 /// The most of an unstorable answer a pause reason shows, in bytes of its JSON.
 const UNSTORABLE_SHOWN_MAX: usize = 600;
@@ -1359,7 +1377,7 @@ impl Engine {
                     }
                     Decision::WaitUntil { until_ms } => match &record {
                         Some(r) if r.status == Status::Started => {
-                            Next::AwaitLease { ms: until_ms.saturating_sub(now_ms), fence: r.fence }
+                            Next::AwaitLease { until_ms, attempt_ms: r.last_attempt_ms, fence: r.fence }
                         }
                         _ => Next::Sleep(until_ms.saturating_sub(now_ms)),
                     },
@@ -1526,12 +1544,14 @@ impl Engine {
                     sleep_ms(ms).await;
                     continue;
                 }
-                Next::AwaitLease { ms, fence } => {
-                    let mut left = ms;
-                    while left > 0 {
-                        let slice = left.min(LEASE_WAIT_SLICE_MS);
-                        sleep_ms(slice).await;
-                        left -= slice;
+                Next::AwaitLease { until_ms, attempt_ms, fence } => {
+                    loop {
+                        let now_ms = self.clock.now_ms();
+                        let Some(look_ms) = lease_wait_look_at(attempt_ms, now_ms).filter(|&at| at < until_ms) else {
+                            sleep_ms(until_ms.saturating_sub(now_ms)).await;
+                            break;
+                        };
+                        sleep_ms(look_ms - now_ms).await;
                         // Still the same attempt in flight? Anything else (an outcome, a takeover) is decided on now.
                         let held =
                             self.ledger.get(&key)?.is_some_and(|r| r.status == Status::Started && r.fence == fence);
@@ -1752,6 +1772,21 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::doc;
+
+    /// A waiting drive looks when the attempt's age reaches 50 ms, 100 ms, 200 ms... (the next such age after now),
+    /// up to 5 s (3.2 s is the last look); an attempt older than that is waited out.
+    #[test]
+    fn a_lease_wait_looks_as_the_attempts_age_doubles_while_it_may_be_live() {
+        let at = 1_000_000;
+        assert_eq!(lease_wait_look_at(at, at), Some(at + 50));
+        assert_eq!(lease_wait_look_at(at, at + 50), Some(at + 100));
+        assert_eq!(lease_wait_look_at(at, at + 70), Some(at + 100));
+        assert_eq!(lease_wait_look_at(at, at + 1_700), Some(at + 3_200));
+        assert_eq!(lease_wait_look_at(at, at + 3_200), None, "6.4 s is past the age a live attempt may have");
+        assert_eq!(lease_wait_look_at(at, at + 60_000), None);
+        // An attempt stamped by a clock ahead of this one's: looked at as a fresh one.
+        assert_eq!(lease_wait_look_at(at + 500, at), Some(at + 550));
+    }
 
     #[test]
     fn a_held_trigger_stands_for_the_stored_one_only_when_a_parse_would_give_it_back() {

@@ -72,8 +72,9 @@ fn runs_stranded_at_the_end_are_the_first_violation_the_trace_marks() {
 
 /// The short heal phase of `tests/sweep.rs`: at seed 2 (and others) runs used to succeed while a second drive of
 /// them slept out the lease the first had taken (`run-ended-still-driven`, which meets I8): the drive learnt of the
-/// end only when the lease ran out. A drive waiting for another attempt's lease now looks at the key every
-/// `LEASE_WAIT_SLICE_MS`, so it ends within a slice of the run: no run ends still driven, and every invariant holds.
+/// end only when the lease ran out. A drive waiting for another attempt's lease now looks at the key again and again
+/// (`LEASE_WAIT_FIRST_LOOK_MS`, doubling), so it ends soon after the run: no run ends still driven, and every
+/// invariant holds.
 /// (The event's readable drivers are the stuck runs' text, checked above.)
 #[test]
 fn no_run_ends_while_a_drive_still_waits_out_a_lease() {
