@@ -1325,6 +1325,9 @@ impl Engine {
         // When a person's retry was recorded: the attempt it allows is claimed strictly after it, so the resolution
         // is seen as used by every later reader (see `pending_resolution`).
         let mut person_retry_at_ms = 0;
+        // The fence of the record a person's retry was taken on: once the key has moved past it (another drive's
+        // claim used the retry: its attempt is the one allowed), the retry no longer applies here.
+        let mut person_retry_fence = 0;
         let mut resolution_used = false;
         // A key of a run's first drive is decided on first as unclaimed, without reading its record: what deciding on
         // no record does is claim the key as new (`expected_fence` 0), and a claim of a key that exists changes
@@ -1336,6 +1339,11 @@ impl Engine {
             // loop: so it (240 bytes) is not part of this future's state, which is inside every drive's.
             let next = {
                 let record = if std::mem::take(&mut unread) { None } else { self.ledger.get(&key)? };
+                if person_retry && record.as_ref().map(|r| r.fence) != Some(person_retry_fence) {
+                    // Looked up again: a decision filed after the new attempt is another decision.
+                    person_retry = false;
+                    resolution_used = false;
+                }
                 let now_ms = self.clock.now_ms();
                 let first_attempt_ms = match &record {
                     Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
@@ -1462,6 +1470,7 @@ impl Engine {
                             Resolution::Retry => {
                                 person_retry = true;
                                 person_retry_at_ms = resolution.at_ms;
+                                person_retry_fence = record.as_ref().map_or(0, |r| r.fence);
                             }
                             Resolution::MarkDone { output } => {
                                 let bytes = done_output.unwrap_or_default();

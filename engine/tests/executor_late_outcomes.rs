@@ -52,6 +52,8 @@ enum Answer {
     Apply(Value),
     /// Nothing committed; a definite, retryable failure.
     Fail,
+    /// Nothing committed; the call timed out (indeterminate). (QA review.)
+    Timeout,
 }
 
 enum Entry {
@@ -131,6 +133,7 @@ impl Connector for Gated {
                     retryable: true,
                     retry_after_ms: None,
                 }),
+                Answer::Timeout => Outcome::Indeterminate("timeout".to_string()),
             }
         })
     }
@@ -621,4 +624,153 @@ async fn a_second_drive_waits_for_the_first_attempt_not_for_its_lease() {
         assert_eq!(b_status.unwrap().unwrap(), RunStatus::Succeeded, "{name}");
         assert_eq!((bank.calls(), bank.effects().len(), api.effects().len()), (1, 1, 1), "{name}: nothing sent twice");
     }
+}
+
+/// A memory ledger that makes the next two reads of a run's resolutions (`pending_resolution`) wait for each other,
+/// so that two drives take one decision at once, and stalls the first commit of a pause.
+struct LateAtResolutions {
+    inner: Arc<engine::ledger::memory::MemoryLedger>,
+    /// The next two `resolutions` reads wait for each other (two drives take one decision at once).
+    barrier: Mutex<Option<(Arc<std::sync::Barrier>, usize)>>,
+    /// The first `finish_drive(.., Paused, ..)` stalls this long first (a slow commit, a descheduled thread).
+    stall_pause: Mutex<Option<Duration>>,
+}
+
+mod late_at_resolutions {
+    use super::LateAtResolutions;
+    use engine::key::Key;
+    use engine::ledger::{
+        Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ReplayEntry, ResolutionRecord, Result, RunRecord,
+        RunStatus, StepRecord,
+    };
+    impl Ledger for LateAtResolutions {
+        fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
+            self.inner.get(key)
+        }
+        fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
+            self.inner.claim(claim)
+        }
+        fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
+            self.inner.complete(key, fence, completion, now_ms)
+        }
+        fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
+            self.inner.renew(key, fence, lease_expiry_ms)
+        }
+        fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
+            self.inner.record_plan(run_id, key, plan, now_ms)
+        }
+        fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+            self.inner.get_plan(key)
+        }
+        fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
+            self.inner.run_plans(run_id)
+        }
+        fn create_run(&self, run: RunRecord) -> Result<bool> {
+            self.inner.create_run(run)
+        }
+        fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
+            self.inner.get_run(run_id)
+        }
+        fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
+            self.inner.inspect_run(run_id, read)
+        }
+        fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
+            self.inner.set_run_status(run_id, status, reason, now_ms)
+        }
+        fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
+            self.inner.begin_replay(run_id, trigger, now_ms)
+        }
+        fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
+            self.inner.replay_history(run_id)
+        }
+        fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+            self.inner.run_steps(run_id)
+        }
+        fn finish_drive(
+            &self,
+            run_id: &str,
+            replays: u32,
+            status: RunStatus,
+            reason: Option<&str>,
+            now_ms: u64,
+        ) -> Result<bool> {
+            if status == RunStatus::Paused {
+                let stall = self.stall_pause.lock().unwrap().take();
+                if let Some(stall) = stall {
+                    std::thread::sleep(stall);
+                }
+            }
+            self.inner.finish_drive(run_id, replays, status, reason, now_ms)
+        }
+        fn unfinished_runs(&self) -> Result<Vec<String>> {
+            self.inner.unfinished_runs()
+        }
+        fn paused_runs(&self) -> Result<Vec<String>> {
+            self.inner.paused_runs()
+        }
+        fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
+            self.inner.intake(delivery, run)
+        }
+        fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
+            self.inner.record_rejected(source, event_id, reason, now_ms)
+        }
+        fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
+            self.inner.expire_inbox(before_ms)
+        }
+        fn record_resolution(&self, r: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()> {
+            self.inner.record_resolution(r, status, reason)
+        }
+        fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
+            let barrier = {
+                let mut slot = self.barrier.lock().unwrap();
+                let taken = slot.as_mut().map(|(b, n)| {
+                    *n += 1;
+                    (b.clone(), *n)
+                });
+                if taken.as_ref().is_some_and(|(_, n)| *n >= 2) {
+                    *slot = None;
+                }
+                taken
+            };
+            if let Some((barrier, _)) = barrier {
+                barrier.wait();
+            }
+            self.inner.resolutions(run_id)
+        }
+        fn forget_run(&self, run_id: &str) -> Result<()> {
+            self.inner.forget_run(run_id)
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+    }
+}
+
+/// Two drives of the run take ann's retry at once (`resolve` drives it while a worker resumes
+/// it). C's claim wins; D's loses and D keeps its `person_retry` flag, then waits on C's lease. C's retry times out
+/// (unknown) and C pauses the run, its pause's commit slow. D's lease wait now looks within ~100 ms of C's attempt
+/// (before: at the lease's expiry, long after the pause): D reads the key unknown, decides with `person_retry` still
+/// set, claims while the run is still running and sends the at-most-once payout a third time, after an indeterminate
+/// outcome, on no one's decision (I4). Expected: two calls (A's and the one retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drive_that_lost_a_persons_retry_claim_does_not_send_again() {
+    let inner = memory_ledger();
+    let hooked =
+        Arc::new(LateAtResolutions { inner: inner.clone(), barrier: Mutex::new(None), stall_pause: Mutex::new(None) });
+    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
+    let _ = s.late_answer(Answer::Timeout).await;
+    assert_eq!(s.record().status, Status::Unknown);
+    record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
+    let gate = s.bank.gate();
+    *hooked.barrier.lock().unwrap() = Some((Arc::new(std::sync::Barrier::new(2)), 0));
+    *hooked.stall_pause.lock().unwrap() = Some(Duration::from_millis(1_500));
+    let (c, d) = (Arc::new(s.engine("wC", Recorder::new())), Arc::new(s.engine("wD", Recorder::new())));
+    let c = tokio::spawn(async move { c.drive("r").await });
+    let d = tokio::spawn(async move { d.drive("r").await });
+    wait_for(|| s.bank.calls() == 2).await;
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    gate.send(Answer::Timeout).unwrap();
+    let c = tokio::time::timeout(Duration::from_secs(10), c).await.expect("C ends").unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), d).await.expect("D ends").unwrap();
+    assert_eq!(s.bank.calls(), 2, "C: {c:?}, D: {d:?}, run {:?}, pay {:?}", s.run().status, s.record().status);
 }
