@@ -929,13 +929,11 @@ impl Engine {
         if self.halt(CrashPoint::DuringWebhookIntake, &run_id, &run_key) {
             return Err(webhook::Error::Halted);
         }
-        let dedup_key = webhook::dedup_key(source, delivery, &trigger);
-        let legacy = webhook::legacy_dedup_key(source, delivery);
+        let dedup_key = webhook::dedup_key(source, delivery);
         let inbox = ledger::Delivery {
             source: &source.name,
             event_id: &delivery.event_id,
             dedup_key: dedup_key.as_deref(),
-            dedup_also: legacy.as_deref(),
             received_ms: now_ms,
         };
         let run = RunRecord {

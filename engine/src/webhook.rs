@@ -15,10 +15,8 @@
 //! A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
 //! ([`crate::ledger::Ledger::record_rejected`]) and never run.
 //!
-//! With `dedup_by_object`, a second distinct event for the same change (object id, event type and payload) is a
-//! duplicate too: some senders emit two events for one change. A later change of the object carries another payload
-//! and starts its run. (A change whose payload is byte for byte an earlier one's, inside the inbox retention, is taken
-//! for that one: a sender's payload normally carries the object's version or update time.)
+//! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too (some
+//! senders emit two events for one change).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -195,24 +193,8 @@ pub fn run_id(source: &str, event_id: &str) -> String {
     out
 }
 
-/// The dedup key of a delivery, when the source dedups by object: its object id, event type and payload (blake3 of
-/// its canonical body, `canonical_body`), so that a second event for the same change (the same object, type and
-/// payload) is a duplicate, and a later change of the object (another payload: a new state, a new `updated_at`) is
-/// not. Versioned (`v2:`), the object id and type length-prefixed.
-pub fn dedup_key(source: &Source, incoming: &Incoming, canonical_body: &[u8]) -> Option<String> {
-    if !source.dedup_by_object {
-        return None;
-    }
-    let (Some(object), Some(kind)) = (&incoming.object_id, &incoming.event_type) else { return None };
-    let mut key = format!("v2:{}/{object}/{}/{kind}/", object.len(), kind.len());
-    crate::key::push_hex(&blake3::hash(canonical_body).as_bytes()[..16], &mut key);
-    Some(key)
-}
-
-/// The dedup key builds before stop 49 filed: object id and event type only, for the whole inbox retention, so that a
-/// later real change of the object was dropped as a duplicate. Still looked for, never filed
-/// ([`crate::ledger::Delivery::dedup_also`]): a twin of an event an older build took in stays a duplicate.
-pub fn legacy_dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
+/// The dedup key of a delivery, when the source dedups by object.
+pub fn dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
     if !source.dedup_by_object {
         return None;
     }

@@ -432,8 +432,7 @@ fn runs(f: Fixture) {
 
 fn intake_deduplicates(f: Fixture) {
     let l = &*f.ledger;
-    let delivery =
-        |source, event_id, dedup_key| Delivery { source, event_id, dedup_key, dedup_also: None, received_ms: 100 };
+    let delivery = |source, event_id, dedup_key| Delivery { source, event_id, dedup_key, received_ms: 100 };
     // A forged delivery is recorded and must not block the real one with the same event id.
     l.record_rejected("stripe", "evt_1", "bad signature", 90).unwrap();
     // (delivery, run it would start, expected)
@@ -448,35 +447,17 @@ fn intake_deduplicates(f: Fixture) {
         (delivery("hubspot", "evt_1", Some("ch_1/charge.succeeded")), "run-e", started("run-e")),
         (delivery("stripe", "evt_4", None), "run-f", started("run-f")),
         (delivery("stripe", "evt_4", None), "run-f", duplicate("run-f")),
-        // A key looked for and not filed (an older build's form): found, a duplicate; not found, nothing is filed.
-        (
-            Delivery { dedup_also: Some("ch_1/charge.succeeded"), ..delivery("stripe", "evt_5", None) },
-            "run-g",
-            duplicate("run-a"),
-        ),
-        (
-            Delivery { dedup_also: Some("ch_9/charge.succeeded"), ..delivery("stripe", "evt_6", None) },
-            "run-h",
-            started("run-h"),
-        ),
-        (delivery("stripe", "evt_7", Some("ch_9/charge.succeeded")), "run-i", started("run-i")),
     ];
     for (i, (d, run_id, expected)) in cases.iter().enumerate() {
         assert_eq!(&l.intake(d, run_of(run_id, RunStatus::Pending)).unwrap(), expected, "case {i}");
     }
     // The runs were created in the same transaction; duplicates created none.
-    assert_eq!(l.unfinished_runs().unwrap(), ["run-a", "run-d", "run-e", "run-f", "run-h", "run-i"]);
+    assert_eq!(l.unfinished_runs().unwrap(), ["run-a", "run-d", "run-e", "run-f"]);
 }
 
 fn expire_inbox(f: Fixture) {
     let l = &*f.ledger;
-    let at = |event_id, received_ms| Delivery {
-        source: "s",
-        event_id,
-        dedup_key: Some(event_id),
-        dedup_also: None,
-        received_ms,
-    };
+    let at = |event_id, received_ms| Delivery { source: "s", event_id, dedup_key: Some(event_id), received_ms };
     assert_eq!(
         l.intake(&at("e1", 10), run_of("r1", RunStatus::Pending)).unwrap(),
         Intake::Started { run_id: "r1".into() }
@@ -682,7 +663,7 @@ fn reopen_keeps_everything(f: Fixture) {
     granted(l.claim(&claim_of(key(2), "run-1", "w", 0, 0)));
     l.record_plan("run-1", &k, b"plan", 2).unwrap();
     paused_at(l, "run-1", k);
-    let d = Delivery { source: "s", event_id: "e", dedup_key: None, dedup_also: None, received_ms: 3 };
+    let d = Delivery { source: "s", event_id: "e", dedup_key: None, received_ms: 3 };
     l.intake(&d, run_of("run-2", RunStatus::Pending)).unwrap();
     let res = ResolutionRecord {
         run_id: "run-1".into(),

@@ -102,20 +102,6 @@ async fn deliveries_as_a_table() {
             Want::Duplicate,
         ),
         ("another object", source(true), delivery("evt_o3", body, now_ms, Some("cus_2")), Want::Started),
-        // A later change of the object carries another payload: a run of its own (it was dropped as a duplicate for
-        // the whole inbox retention before stop 49).
-        (
-            "a later change of the same object and type",
-            source(true),
-            delivery("evt_o4", r#"{"email":"a@example.com","amount":6}"#, now_ms, Some("cus_1")),
-            Want::Started,
-        ),
-        (
-            "a second event for that later change",
-            source(true),
-            delivery("evt_o5", r#"{"amount":6,"email":"a@example.com"}"#, now_ms, Some("cus_1")),
-            Want::Duplicate,
-        ),
     ];
     let mut started = Vec::new();
     for (name, source, incoming, want) in table {
@@ -135,13 +121,13 @@ async fn deliveries_as_a_table() {
             (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
         }
     }
-    assert_eq!(started.len(), 4);
-    assert_eq!(recorder.count("webhook-duplicate "), 4);
+    assert_eq!(started.len(), 3);
+    assert_eq!(recorder.count("webhook-duplicate "), 3);
     // Each started run runs once; duplicates started nothing.
     for run_id in &started {
         assert_eq!(engine.drive(run_id).await.unwrap(), RunStatus::Succeeded);
     }
-    assert_eq!(connector.effects().len(), 4);
+    assert_eq!(connector.effects().len(), 3);
     assert_eq!(ledger.unfinished_runs().unwrap(), Vec::<String>::new());
     // Retention: the default covers at least 30 days, and expiring now drops nothing recent.
     assert!(engine.config().webhook_retention_ms >= 30 * 24 * 3600 * 1000);
@@ -359,35 +345,4 @@ async fn a_refusal_stands_when_its_record_cannot_be_written() {
     ledger.flush().unwrap();
     let recorded: i64 = holder.query_row("SELECT count(*) FROM rejected", [], |r| r.get(0)).unwrap();
     assert_eq!(recorded, 0, "the refusal could not be recorded, and was answered all the same");
-}
-
-/// A ledger an older build filed object deduplication keys in (object id and event type only): a twin of an event it
-/// took in is still a duplicate after the upgrade, while a new change of another object is not.
-#[tokio::test]
-async fn a_twin_of_an_event_an_older_build_took_in_is_a_duplicate() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flow.db");
-    let options = engine::ledger::sqlite::Options {
-        synchronous: engine::ledger::sqlite::Synchronous::Normal,
-        ..Default::default()
-    };
-    let ledger: Arc<dyn engine::ledger::Ledger> =
-        Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
-    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
-    let engine =
-        engine(config("w1"), ledger.clone(), Recorder::new(), &[connector], &[], &[one_step("wf", "api.charge")]);
-    let now_ms = RuntimeClock::new(1_000_000).now_ms();
-    let old_run = webhook::run_id("stripe", "evt_old");
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute(
-            "INSERT INTO inbox (source, event_id, dedup_key, run_id, received_ms) \
-             VALUES ('stripe', 'evt_old', '5/cus_1/customer.updated', ?1, ?2)",
-            rusqlite::params![old_run, now_ms as i64],
-        )
-        .unwrap();
-    let twin = delivery("evt_old_twin", r#"{"amount":1}"#, now_ms, Some("cus_1"));
-    assert_eq!(engine.intake_webhook(&source(true), &twin), Ok(Intake::Duplicate { run_id: old_run }));
-    let other = delivery("evt_new", r#"{"amount":1}"#, now_ms, Some("cus_2"));
-    assert!(matches!(engine.intake_webhook(&source(true), &other), Ok(Intake::Started { .. })));
 }

@@ -436,12 +436,6 @@ impl Ledger for MemoryLedger {
         if let Some(row) = inner.inbox.get(&event) {
             return Ok(Intake::Duplicate { run_id: row.run_id.to_run_id() });
         }
-        if let Some(also) = delivery.dedup_also
-            && let Some(first) = inner.dedup.get(&ident(INBOX_DEDUP_TAG, delivery.source, also))
-        {
-            let row = inner.inbox.get(&first.event).expect("a dedup key points at an inbox row that is gone");
-            return Ok(Intake::Duplicate { run_id: row.run_id.to_run_id() });
-        }
         let dedup = delivery.dedup_key.map(|dedup_key| ident(INBOX_DEDUP_TAG, delivery.source, dedup_key));
         if let Some(dedup) = dedup {
             if let Some(first) = inner.dedup.get(&dedup) {

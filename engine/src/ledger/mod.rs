@@ -254,13 +254,8 @@ pub struct Delivery<'a> {
     pub source: &'a str,
     pub event_id: &'a str,
     /// Optional second deduplication key for senders that emit two distinct events for one change
-    /// (`object id`, `event type` and the payload: [`crate::webhook::dedup_key`]); a delivery whose `dedup_key` is
-    /// already in the inbox is a duplicate too.
+    /// (`object id` + `event type`); a delivery whose `dedup_key` is already in the inbox is a duplicate too.
     pub dedup_key: Option<&'a str>,
-    /// A key that makes the delivery a duplicate when the inbox holds it, and that is not filed: the form an older
-    /// build gave `dedup_key` ([`crate::webhook::legacy_dedup_key`]), so that a twin of an event taken in before an
-    /// upgrade is still one.
-    pub dedup_also: Option<&'a str>,
     pub received_ms: u64,
 }
 

@@ -2092,7 +2092,7 @@ impl Ledger for SqliteLedger {
             if let Some(run_id) = seen {
                 return Ok((Intake::Duplicate { run_id }, Commit::MayWait));
             }
-            for dedup_key in [delivery.dedup_also, delivery.dedup_key].into_iter().flatten() {
+            if let Some(dedup_key) = delivery.dedup_key {
                 let mut by_dedup = conn
                     .prepare_cached("SELECT run_id FROM inbox WHERE source = ?1 AND dedup_key = ?2")
                     .map_err(storage)?;
