@@ -5,18 +5,23 @@
 //! transaction, so a duplicate a second or a month later starts nothing (inbox rows are kept
 //! [`RETENTION_MS_DEFAULT`], 35 days, by default: senders retry for days and people resend by hand for weeks).
 //!
-//! Signatures are Stripe style: the header reads `t=<unix seconds>,v1=<hex HMAC-SHA256>` (several `v1` allowed,
-//! for secret rotation), and `t` must be within the source's tolerance of now. The MAC covers what the engine
-//! deduplicates and starts runs by, not only the body: it is over `"{t}.{event id}.{object id}.{event type}.{body}"`,
-//! each of the three written as its length in bytes (decimal), `:` and its bytes, or `-` when the delivery has none
-//! ([`signed_content`]). (Stripe's own MAC is over `"{t}.{body}"`, whose body carries the event's id; here the event
-//! id is a field of its own, as in Svix's scheme, so it must be signed too: else one genuine delivery, resent within
-//! the tolerance under new event ids, would start a run for each.)
-//! A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
+//! Signatures are Stripe's: the header reads `t=<unix seconds>,v1=<hex HMAC-SHA256>` (several `v1` allowed, for
+//! secret rotation), the MAC is over `"{t}.{body}"` ([`signed_content`]), and `t` must be within the source's
+//! tolerance of now. A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
 //! ([`crate::ledger::Ledger::record_rejected`]) and never run.
 //!
-//! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too (some
-//! senders emit two events for one change).
+//! **The event id, object id and event type are not signed: take them from the signed body** (Stripe's `id`,
+//! `data.object.id` and `type`), never from a header or the URL. The run id is derived from the event id, so an event
+//! id taken from outside the body would let anyone who saw one genuine delivery resend it, within the tolerance,
+//! under other event ids, and start a run (and its payment) for each. (Signing them apart, as Svix signs its message
+//! id, would refuse every Stripe delivery: stop 49 tried it and went back. A source option naming where in the body
+//! each id lives, checked by the engine, is the better fix and is not built.)
+//!
+//! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too, for as
+//! long as the inbox keeps the first (some senders emit two events for one change, with their own ids and envelopes).
+//! So a later real change of the same object, with the same event type, inside that retention is taken for a
+//! duplicate and starts nothing: turn it on only for senders whose object and type name one change (an object id
+//! that is a version or change id), or give such senders a short `webhook_retention_ms`.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -67,7 +72,7 @@ pub enum Error {
     Unsigned,
     /// The signature header is not `t=...,v1=...`.
     MalformedSignature(String),
-    /// No `v1` signature matches the delivery's signed content ([`signed_content`]).
+    /// No `v1` signature matches the body and timestamp ([`signed_content`]).
     Forged,
     /// The signed timestamp is further from now than the tolerance.
     Stale {
@@ -105,10 +110,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Unsigned => write!(f, "unsigned delivery refused: the source requires a signature"),
             Error::MalformedSignature(why) => write!(f, "malformed signature header: {why}"),
-            Error::Forged => write!(
-                f,
-                "forged delivery refused: no signature matches the timestamp, event id, object id, event type and body"
-            ),
+            Error::Forged => write!(f, "forged delivery refused: no signature matches the body and timestamp"),
             Error::Stale { signed_ms, now_ms, tolerance_ms } => write!(
                 f,
                 "stale delivery refused: signed at {signed_ms} ms, now {now_ms} ms, tolerance {tolerance_ms} ms"
@@ -212,23 +214,10 @@ fn mac(secret: &[u8], timestamp_s: &str, incoming: &Incoming) -> Hmac<Sha256> {
     mac
 }
 
-/// Feeds `update` what a delivery's MAC is over, in order: `"{t}.{event id}.{object id}.{event type}.{body}"`, each
-/// of the three fields written as its length in bytes (decimal), `:` and its bytes, or `-` when absent, so that no
-/// byte can move from one field to the next and keep the MAC. (A sender in another language writes the same bytes.)
+/// Feeds `update` what a delivery's MAC is over, in order: `"{t}.{body}"`, Stripe's signed payload. The event id,
+/// object id and event type are not part of it (see the module doc: take them from the body).
 pub fn signed_content(timestamp_s: &str, incoming: &Incoming, mut update: impl FnMut(&[u8])) {
     update(timestamp_s.as_bytes());
-    let fields = [Some(incoming.event_id.as_str()), incoming.object_id.as_deref(), incoming.event_type.as_deref()];
-    for field in fields {
-        update(b".");
-        match field {
-            Some(text) => {
-                update(itoa::Buffer::new().format(text.len()).as_bytes());
-                update(b":");
-                update(text.as_bytes());
-            }
-            None => update(b"-"),
-        }
-    }
     update(b".");
     update(&incoming.body);
 }

@@ -167,41 +167,31 @@ fn run_ids_are_derived_from_source_and_event() {
     assert!(webhook::run_id("s", "e").starts_with("wh-"));
 }
 
-/// The header a sender attaches is Stripe's: the timestamp in whole seconds, then the HMAC-SHA256 in lowercase hex,
-/// here of `1700000000.5:evt_1.5:cus_1.16:customer.updated.{"a":1}` (the seconds, then the event id, object id and
-/// event type, each length-prefixed, then the body). The tag was computed apart from this crate (Python's `hmac`
-/// module).
+/// The header a sender attaches is Stripe's: the timestamp in whole seconds, then the HMAC-SHA256 of
+/// `"<seconds>.<body>"` in lowercase hex. The tag was computed apart from this crate (Python's `hmac` module).
 #[test]
 fn a_signature_header_is_stripes_t_and_v1() {
     let incoming = delivery("evt_1", r#"{"a":1}"#, 1_700_000_000_123, Some("cus_1"));
     let mut content = Vec::new();
     webhook::signed_content("1700000000", &incoming, |part| content.extend_from_slice(part));
-    assert_eq!(content, br#"1700000000.5:evt_1.5:cus_1.16:customer.updated.{"a":1}"#);
+    assert_eq!(content, br#"1700000000.{"a":1}"#);
     let header = webhook::sign(SECRET, &incoming);
-    assert_eq!(header, "t=1700000000,v1=645b673506c3292b8ca05d2deb7472d6988c606c3457d5ce1104b49cc3c58f6e");
+    assert_eq!(header, "t=1700000000,v1=38877139021993b830af32feea6e18a8da83eb2f6e49ee50bd9e4cf4ca4d3789");
     assert_eq!(webhook::sign(SECRET, &delivery("e", "", 999, None)).split(',').next(), Some("t=0"));
 }
 
-/// The MAC covers the event id, object id and event type as well as the body: a genuine delivery resent within the
-/// tolerance under another event id (which would start another run), or another object id or event type (which
-/// would take another object's deduplication slot), is forged, and so is one whose field boundaries move.
+/// What the signature covers is the timestamp and the body only (Stripe's scheme): a genuine delivery given another
+/// event id verifies. That is why the module doc says to take the event id from the signed body: this pins the
+/// behaviour the doc warns of, so that a change to it is a decision.
 #[test]
-fn the_signature_covers_the_event_id_object_and_type() {
+fn the_signature_covers_the_body_not_the_ids_beside_it() {
     let at_ms = 1_700_000_000_123;
     let genuine = delivery("evt_1", r#"{"a":1}"#, at_ms, Some("cus_1"));
     assert_eq!(webhook::verify(&source(true), &genuine, at_ms), Ok(()));
-    for (why, changed) in [
-        ("another event id", Incoming { event_id: "evt_2".into(), ..genuine.clone() }),
-        ("another object", Incoming { object_id: Some("cus_2".into()), ..genuine.clone() }),
-        ("no object", Incoming { object_id: None, ..genuine.clone() }),
-        ("another event type", Incoming { event_type: Some("customer.deleted".into()), ..genuine.clone() }),
-        (
-            "a byte moved between fields",
-            Incoming { event_id: "evt_1c".into(), object_id: Some("us_1".into()), ..genuine.clone() },
-        ),
-    ] {
-        assert_eq!(webhook::verify(&source(true), &changed, at_ms), Err(Error::Forged), "{why}");
-    }
+    let elsewhere = Incoming { event_id: "evt_2".into(), object_id: Some("cus_2".into()), ..genuine.clone() };
+    assert_eq!(webhook::verify(&source(true), &elsewhere, at_ms), Ok(()));
+    let tampered = Incoming { body: br#"{"a":2}"#.to_vec(), ..genuine };
+    assert_eq!(webhook::verify(&source(true), &tampered, at_ms), Err(Error::Forged));
 }
 
 /// A `v1=` tag is 64 hex digits of either case, and nothing else: a tag that differs only in spelling (a `+` before a
@@ -211,10 +201,9 @@ fn the_signature_covers_the_event_id_object_and_type() {
 fn a_tag_is_exactly_its_hex_digits() {
     let at_ms = 1_700_000_000_123;
     let body = br#"{"a":1}"#;
-    // The tag of event `evt_35` (computed with Python's `hmac` module).
-    let tag = "586fc88402c9765d0c60148365b7341a5f41f354f740875e033ed8cdcf37d687";
+    let tag = "38877139021993b830af32feea6e18a8da83eb2f6e49ee50bd9e4cf4ca4d3789";
     let verify = |header: String| {
-        let incoming = Incoming { signature: Some(header), ..delivery("evt_35", "{\"a\":1}", at_ms, None) };
+        let incoming = Incoming { signature: Some(header), ..delivery("evt", "{\"a\":1}", at_ms, None) };
         assert_eq!(incoming.body, body);
         webhook::verify(&source(false), &incoming, at_ms)
     };
@@ -228,11 +217,11 @@ fn a_tag_is_exactly_its_hex_digits() {
     assert_eq!(&tag[8..10], "02");
     let signed = format!("{}+2{}", &tag[..8], &tag[10..]);
     for (why, bad) in [
-        ("a changed digit", tag.replacen("58", "08", 1)),
+        ("a changed digit", tag.replacen("38", "08", 1)),
         ("a sign in place of a leading zero", signed),
         ("one digit short", tag[1..].to_string()),
         ("one digit more", format!("{tag}0")),
-        ("a non-digit", tag.replacen('5', "g", 1)),
+        ("a non-digit", tag.replacen('3', "g", 1)),
         ("empty", String::new()),
     ] {
         assert_eq!(verify(format!("t=1700000000,v1={bad}")), Err(Error::Forged), "{why}");
