@@ -501,7 +501,7 @@ pub fn record_resolution(
     if let Resolution::MarkDone { output } = resolution {
         canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
     }
-    let seen = ledger.get(&key)?.map(|r| (r.last_attempt_ms, r.status));
+    let seen = ledger.get(&key)?.map(|r| (r.last_attempt_ms, ledger::Seen { status: r.status, fence: r.fence }));
     let at_ms = now_ms.max(seen.map_or(0, |(last_attempt_ms, _)| last_attempt_ms) + 1);
     let record = ResolutionRecord {
         run_id: run_id.to_string(),
@@ -509,7 +509,7 @@ pub fn record_resolution(
         resolution: resolution.clone(),
         by: by.to_string(),
         at_ms,
-        seen: seen.map(|(_, status)| status),
+        seen: seen.map(|(_, seen)| seen),
     };
     let (status, reason) = match resolution {
         Resolution::Abort => (RunStatus::Failed, Some(format!("aborted by {by}"))),
@@ -815,8 +815,9 @@ impl Engine {
         self.drive(run_id).await
     }
 
-    /// The latest resolution of `key` recorded after its last attempt, if any (one recorded earlier was used by
-    /// that attempt, or by a mark-done that made the key succeed).
+    /// The latest resolution of `key`, if it is still to be applied: made on the attempt the key's record still holds
+    /// (its fence; any claim since, a retry's or a mark-done's, used it), or, for a decision an older build filed
+    /// without saying, recorded after the key's last attempt began.
     fn pending_resolution(
         &self,
         run_id: &str,
@@ -824,7 +825,13 @@ impl Engine {
         record: &ledger::StepRecord,
     ) -> Result<Option<ResolutionRecord>, Error> {
         let resolutions = self.ledger.resolutions(run_id)?;
-        Ok(resolutions.into_iter().rfind(|r| r.key == *key && r.at_ms > record.last_attempt_ms))
+        // Made on the attempt the key still holds: used once a claim has moved the key past its fence. An older
+        // build's decision, which does not say, by the clock: filed after the key's last attempt began.
+        let latest = resolutions.into_iter().rfind(|r| r.key == *key);
+        Ok(latest.filter(|r| match r.seen {
+            Some(seen) => seen.fence == record.fence,
+            None => r.at_ms > record.last_attempt_ms,
+        }))
     }
 
     /// Re-runs a finished run with an edited trigger under the same run id: unchanged steps replay from the ledger,
@@ -1428,7 +1435,7 @@ impl Engine {
                         // success recorded now would have no effect behind it), so a person decides again.
                         if let (Resolution::MarkDone { .. }, Some(r)) = (&resolution.resolution, &record)
                             && r.status == Status::Failed
-                            && resolution.seen.is_some_and(|seen| seen != Status::Failed)
+                            && resolution.seen.is_some_and(|seen| seen.status != Status::Failed)
                         {
                             let reason = format!(
                                 "{reason}; the attempt's answer came after {} decided to mark the step done, and says \

@@ -341,7 +341,8 @@ async fn a_mark_done_over_a_late_applied_answer_keeps_the_apis_output() {
         assert_eq!(text(s.record().output.as_deref()).as_deref(), Some(LATE_X), "{name} {why:?}: X stands");
         assert_eq!(s.notified(), [json!("late-X")], "{name} {why:?}");
         let filed = s.ledger.resolutions("r").unwrap();
-        assert_eq!(filed.iter().map(|r| r.seen).collect::<Vec<_>>(), [Some(Status::Succeeded)], "{name} {why:?}");
+        let seen: Vec<_> = filed.iter().map(|r| r.seen.map(|seen| (seen.status, seen.fence))).collect();
+        assert_eq!(seen, [Some((Status::Succeeded, 1))], "{name} {why:?}");
     }
 }
 
@@ -402,7 +403,8 @@ async fn a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again()
     for (name, ledger) in ledgers() {
         let mut s = stage(name, ledger, Why::AtMostOnce).await;
         record_resolution(s.ledger.as_ref(), "r", &person_y(), "ann", s.clock.now_ms()).unwrap();
-        assert_eq!(s.ledger.resolutions("r").unwrap()[0].seen, Some(Status::Started), "{name}");
+        let seen = s.ledger.resolutions("r").unwrap()[0].seen.map(|seen| (seen.status, seen.fence));
+        assert_eq!(seen, Some((Status::Started, 1)), "{name}");
         let a = s.late_answer(Answer::Fail).await;
         assert_eq!(a.unwrap(), RunStatus::Paused, "{name}: A's drive found the decision, and paused again");
         let record = s.record();
@@ -558,6 +560,7 @@ async fn a_late_success_through_flow_show_and_flow_resolve() {
     assert_eq!(code, 0, "{stderr}");
     let shown: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(shown["decisions"][0]["seen_status"], json!("succeeded"), "{stdout}");
+    assert_eq!(shown["decisions"][0]["seen_fence"], json!(1), "{stdout}");
     let c = s.engine("wC", Recorder::new());
     assert_eq!(resume_all(&c).await, [("r".to_string(), RunStatus::Succeeded)]);
     assert_eq!(s.bank.calls(), 1, "not sent again");
@@ -773,4 +776,48 @@ async fn a_drive_that_lost_a_persons_retry_claim_does_not_send_again() {
     let c = tokio::time::timeout(Duration::from_secs(10), c).await.expect("C ends").unwrap();
     let d = tokio::time::timeout(Duration::from_secs(10), d).await.expect("D ends").unwrap();
     assert_eq!(s.bank.calls(), 2, "C: {c:?}, D: {d:?}, run {:?}, pay {:?}", s.run().status, s.record().status);
+}
+
+/// A decision is used by the attempt it was made on, not by the clocks. Here the person's host runs 60 s ahead of the
+/// workers': ann marks the step done while attempt 1 is in doubt; attempt 1's late answer is a definite failure, the
+/// keyed class retries on its own (attempt 2), and attempt 2 times out: nothing was paid at all. The pause at attempt
+/// 2's unknown outcome must not apply ann's mark-done, made on attempt 1 (a success with no payout behind it, I2):
+/// the run stays paused for a decision about attempt 2. (Found by QA, stop 49: the decision was taken as pending
+/// while its stamp, from the ahead clock, was later than the new attempt's.)
+#[tokio::test]
+async fn a_mark_done_made_on_attempt_1_is_not_applied_to_attempt_2() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::KeyedPastRetention).await;
+        record_resolution(s.ledger.as_ref(), "r", &person_y(), "ann", s.clock.now_ms() + 60_000).unwrap();
+        s.bank.gate().send(Answer::Timeout).unwrap();
+        let _ = s.late_answer(Answer::Fail).await;
+        let c = s.engine("wC", Recorder::new());
+        resume_all(&c).await;
+        assert_eq!((s.bank.calls(), s.bank.effects().len()), (2, 0), "{name}: two calls, no payout");
+        assert_eq!(
+            s.run().status,
+            RunStatus::Paused,
+            "{name}: pay {:?}, notified {:?}",
+            s.record().status,
+            s.notified()
+        );
+    }
+}
+
+/// The same clock skew where the key fails the run: ann's retry, filed while attempt 1 is in doubt, is used by the
+/// engine's own retry (attempt 2), so after attempts 2 to 4 all failed definitely the run fails after four calls, as
+/// it does without the skew, instead of sending a fifth on a decision already used.
+#[tokio::test]
+async fn a_retry_made_on_attempt_1_is_not_applied_after_the_engines_own_retries() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::KeyedPastRetention).await;
+        record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms() + 60_000).unwrap();
+        for _ in 2..=4 {
+            s.bank.gate().send(Answer::Fail).unwrap();
+        }
+        let _ = s.late_answer(Answer::Fail).await;
+        let c = s.engine("wC", Recorder::new());
+        resume_all(&c).await;
+        assert_eq!((s.run().status, s.bank.calls()), (RunStatus::Failed, 4), "{name}");
+    }
 }

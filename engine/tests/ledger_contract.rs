@@ -12,7 +12,7 @@ use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{
     Claim, Claimed, Completion, Delivery, Error, Intake, Ledger, Replay, ReplayEntry, Resolution, ResolutionRecord,
-    RunRecord, RunStatus, Status, StepOutcome,
+    RunRecord, RunStatus, Seen, Status, StepOutcome,
 };
 
 /// A ledger under test, plus a way to reopen it (files only) and the temp dir that must outlive it.
@@ -498,7 +498,7 @@ fn resolutions(f: Fixture) {
             resolution: Resolution::Retry,
             by: "ana".into(),
             at_ms: 9,
-            seen: Some(Status::Started),
+            seen: Some(Seen { status: Status::Started, fence: 1 }),
         },
         ResolutionRecord {
             run_id: "r1".into(),
@@ -506,7 +506,7 @@ fn resolutions(f: Fixture) {
             resolution: Resolution::MarkDone { output: serde_json::json!({"id": "po_1", "n": 1.5}) },
             by: "bo".into(),
             at_ms: 3,
-            seen: Some(Status::Unknown),
+            seen: Some(Seen { status: Status::Unknown, fence: 7 }),
         },
         ResolutionRecord {
             run_id: "r2".into(),
@@ -671,7 +671,7 @@ fn reopen_keeps_everything(f: Fixture) {
         resolution: Resolution::Abort,
         by: "p".into(),
         at_ms: 4,
-        seen: Some(Status::Failed),
+        seen: Some(Seen { status: Status::Failed, fence: u64::MAX >> 1 }),
     };
     l.record_resolution(&res, RunStatus::Failed, Some("aborted by p")).unwrap();
     paused_at(l, "run-4", key(2));

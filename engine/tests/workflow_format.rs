@@ -268,7 +268,11 @@ fn escaped_braces_write_a_literal_pair() {
     assert!(matches!(inputs, Template::Literal(_)), "{inputs:?}");
     // Three braces still open a reference that starts with `{`, which is refused as before, saying how to write it
     // (another template language's raw-value form `{{{x}}}` is the likely intent).
-    for (text, shown) in [("{{{trigger.n}}}", "{{{trigger.n}}}"), ("x{{{trigger.n}} y}", "{{{trigger.n}}"), ("a {{{trigger.n", "{{{trigger.n")] {
+    for (text, shown) in [
+        ("{{{trigger.n}}}", "{{{trigger.n}}}"),
+        ("x{{{trigger.n}} y}", "{{{trigger.n}}"),
+        ("a {{{trigger.n", "{{{trigger.n"),
+    ] {
         let err = Workflow::from_json(
             &json!({"name": "w", "steps": [{"id": "a", "action": "c.x", "inputs": {"v": text}}]}).to_string(),
         )

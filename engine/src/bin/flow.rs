@@ -608,6 +608,9 @@ struct ShownDecision {
     /// The key's status as the person saw it when deciding; left out when not known (filed by an older build).
     #[serde(skip_serializing_if = "Option::is_none")]
     seen_status: Option<&'static str>,
+    /// The key's fence then: the attempt the decision was made on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seen_fence: Option<u64>,
 }
 
 #[derive(serde::Serialize)]
@@ -687,7 +690,8 @@ fn show(path: &Path, run: &str) -> ExitCode {
                     Resolution::Retry | Resolution::Abort => None,
                 },
                 key: d.key.to_string(),
-                seen_status: d.seen.map(|s| s.as_str()),
+                seen_status: d.seen.map(|s| s.status.as_str()),
+                seen_fence: d.seen.map(|s| s.fence),
             })
             .collect(),
         replay_history: history

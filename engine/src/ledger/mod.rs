@@ -302,13 +302,21 @@ pub struct ResolutionRecord {
     /// refuses an empty or blank name).
     pub by: String,
     pub at_ms: u64,
-    /// The status of the key's record as the person saw it when deciding ([`crate::executor::record_resolution`]
-    /// reads it): a drive applies the decision only to the outcome it was made on. An attempt that outlived its lease
-    /// may land its answer on the key after the decision (the run paused at an attempt of unknown outcome, and the
-    /// pause does not fence it); a mark-done over an answer that says the step definitely did not apply pauses the
-    /// run again instead. `None` when not known: a decision filed by an older build (a SQLite ledger before schema
-    /// version 5) or about a key without a record.
-    pub seen: Option<Status>,
+    /// The key's record as the person saw it when deciding ([`crate::executor::record_resolution`] reads it): a
+    /// drive applies the decision only to the attempt and the outcome it was made on. `None` when not known: a
+    /// decision filed by an older build (a SQLite ledger before schema version 5) or about a key without a record.
+    pub seen: Option<Seen>,
+}
+
+/// What a person's decision was made on: the key's status and fence then. The fence says which attempt (every claim
+/// moves it), so a decision is used once a later claim has moved the key past it, whatever the hosts' clocks say; the
+/// status says what that attempt's outcome was known to be. An attempt that outlived its lease may land its answer on
+/// the key after the decision (the run paused at an attempt of unknown outcome, and the pause does not fence it), and
+/// a mark-done over an answer that says the step definitely did not apply pauses the run again instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub status: Status,
+    pub fence: u64,
 }
 
 /// Whether `name` names someone: it holds a letter or digit that is not a Hangul filler (U+115F, U+1160, U+3164,

@@ -104,7 +104,7 @@ use smallvec::SmallVec;
 use super::transition::{self, ClaimEffect};
 use super::{
     Claim, Claimed, CompactString, Completion, Delivery, Error, Intake, Ledger, Replay, ReplayEntry, Resolution,
-    ResolutionRecord, Result, RunRecord, RunStatus, Status, StepOutcome, StepRecord,
+    ResolutionRecord, Result, RunRecord, RunStatus, Seen, Status, StepOutcome, StepRecord,
 };
 use crate::fastmap::FastMap;
 use crate::key::Key;
@@ -201,10 +201,11 @@ pub const MIGRATIONS: &[&str] = &[
         replayed_ms INTEGER NOT NULL,
         PRIMARY KEY (run_id, replay)
     ) WITHOUT ROWID;",
-    // Version 5. The status of the key a person's decision was made on (`ResolutionRecord::seen`): an attempt that
-    // outlived its lease may land its answer after the decision, and a drive applies a decision only to the outcome
-    // it was made on. NULL for the decisions filed before (not known).
-    "ALTER TABLE resolutions ADD COLUMN seen_status TEXT;",
+    // Version 5. The status and fence of the key a person's decision was made on (`ResolutionRecord::seen`): a drive
+    // applies a decision only to the attempt and the outcome it was made on (an attempt that outlived its lease may
+    // land its answer after the decision). NULL for the decisions filed before (not known).
+    "ALTER TABLE resolutions ADD COLUMN seen_status TEXT;
+    ALTER TABLE resolutions ADD COLUMN seen_fence INTEGER;",
 ];
 
 /// Prepared statements kept per connection: more than the ledger's distinct statements, so none is ever re-prepared.
@@ -219,16 +220,16 @@ const UNFINISHED_COLUMN_SINCE: i64 = 2;
 const REPLAYS_COUNTED_SINCE: i64 = 3;
 /// The first schema version with the `replays` table, the runs' replay history.
 const REPLAY_HISTORY_SINCE: i64 = 4;
-/// The first schema version with `resolutions.seen_status`.
+/// The first schema version with `resolutions.seen_status` and `seen_fence`.
 const SEEN_STATUS_SINCE: i64 = 5;
 
 /// Reads a run's resolutions: the columns [`SqliteLedger::resolutions`] takes, in its order.
 const RESOLUTIONS: &str =
-    "SELECT key, resolution, by_whom, at_ms, seen_status FROM resolutions WHERE run_id = ?1 ORDER BY id";
+    "SELECT key, resolution, by_whom, at_ms, seen_status, seen_fence FROM resolutions WHERE run_id = ?1 ORDER BY id";
 /// [`RESOLUTIONS`] for a file before version 5, which keeps no decision's seen status: not known, as migrating it
 /// would set.
 const RESOLUTIONS_UNSEEN: &str =
-    "SELECT key, resolution, by_whom, at_ms, NULL FROM resolutions WHERE run_id = ?1 ORDER BY id";
+    "SELECT key, resolution, by_whom, at_ms, NULL, NULL FROM resolutions WHERE run_id = ?1 ORDER BY id";
 
 /// Reads a run row: the columns [`load_run_with`] takes, in its order.
 const LOAD_RUN: &str =
@@ -2162,8 +2163,8 @@ impl Ledger for SqliteLedger {
             resolution.check_waited_for(run.status, run.reason.as_deref())?;
             let mut stmt = conn
                 .prepare_cached(
-                    "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms, seen_status) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO resolutions (run_id, key, resolution, by_whom, at_ms, seen_status, seen_fence) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(storage)?;
             stmt.execute(params![
@@ -2172,7 +2173,8 @@ impl Ledger for SqliteLedger {
                 json,
                 resolution.by,
                 to_sql(resolution.at_ms),
-                resolution.seen.map(Status::as_str)
+                resolution.seen.map(|seen| seen.status.as_str()),
+                resolution.seen.map(|seen| to_sql(seen.fence))
             ])
             .map_err(storage)?;
             cache.note_row(run_id, |rows| &mut rows.resolutions);
@@ -2192,12 +2194,13 @@ impl Ledger for SqliteLedger {
                         r.get::<_, String>(2)?,
                         r.get::<_, i64>(3)?,
                         r.get::<_, Option<String>>(4)?,
+                        r.get::<_, Option<i64>>(5)?,
                     ))
                 })
                 .map_err(storage)?;
             let mut out = Vec::new();
             for row in rows {
-                let (key, json, by, at, seen) = row.map_err(storage)?;
+                let (key, json, by, at, seen_status, seen_fence) = row.map_err(storage)?;
                 // Filed two levels below a mark-done's output, which may nest as deep as a canonical document.
                 let resolution: Resolution = crate::doc::from_str_deep(&json, crate::canonical::DEPTH_MAX + 2)
                     .map_err(|e| corrupt(format!("a resolution that does not decode: {e}")))?;
@@ -2207,7 +2210,12 @@ impl Ledger for SqliteLedger {
                     resolution,
                     by,
                     at_ms: from_sql(at),
-                    seen: seen.as_deref().map(parse_status).transpose()?,
+                    seen: match (seen_status, seen_fence) {
+                        (Some(status), Some(fence)) => {
+                            Some(Seen { status: parse_status(&status)?, fence: from_sql(fence) })
+                        }
+                        _ => None,
+                    },
                 });
             }
             Ok(out)
