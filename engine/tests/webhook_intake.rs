@@ -244,16 +244,7 @@ async fn tests_run_inside_madsim() {
 async fn blank_and_huge_ids_are_refused_and_recorded_cut() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
-    let options = engine::ledger::sqlite::Options {
-        synchronous: engine::ledger::sqlite::Synchronous::Normal,
-        ..Default::default()
-    };
-    let ledger: Arc<dyn engine::ledger::Ledger> =
-        Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
-    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
-    let recorder = Recorder::new();
-    let engine =
-        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    let (ledger, engine, _) = on_file(&path, 5_000);
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let body = r#"{"amount":5}"#;
     let huge = "e".repeat(webhook::ID_LEN_MAX + 1);
@@ -310,17 +301,7 @@ async fn blank_and_huge_ids_are_refused_and_recorded_cut() {
 async fn a_refusal_stands_when_its_record_cannot_be_written() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
-    let options = engine::ledger::sqlite::Options {
-        synchronous: engine::ledger::sqlite::Synchronous::Normal,
-        busy_timeout_ms: 50,
-        ..Default::default()
-    };
-    let ledger: Arc<dyn engine::ledger::Ledger> =
-        Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
-    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
-    let recorder = Recorder::new();
-    let engine =
-        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    let (ledger, engine, recorder) = on_file(&path, 50);
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let genuine = delivery("evt_1", r#"{"amount":5}"#, now_ms, None);
     let forged = Incoming { signature: Some(webhook::sign(b"not the secret", &genuine)), ..genuine.clone() };
@@ -334,4 +315,23 @@ async fn a_refusal_stands_when_its_record_cannot_be_written() {
     ledger.flush().unwrap();
     let recorded: i64 = holder.query_row("SELECT count(*) FROM rejected", [], |r| r.get(0)).unwrap();
     assert_eq!(recorded, 0, "the refusal could not be recorded, and was answered all the same");
+}
+
+/// An engine on a SQLite ledger file at `path` (whose lock is waited for `busy_timeout_ms`), with one keyed action.
+fn on_file(
+    path: &std::path::Path,
+    busy_timeout_ms: u64,
+) -> (Arc<dyn engine::ledger::Ledger>, engine::executor::Engine, Arc<Recorder>) {
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        busy_timeout_ms,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn engine::ledger::Ledger> =
+        Arc::new(engine::ledger::sqlite::SqliteLedger::open(path, options).unwrap());
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let recorder = Recorder::new();
+    let engine =
+        engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
+    (ledger, engine, recorder)
 }
