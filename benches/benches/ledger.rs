@@ -99,6 +99,7 @@ impl Workload {
             now_ms: step,
             lease_ms: 30_000,
             expected_fence: 0,
+            expected_status: None,
             durable,
             walk: Some(0),
         };

@@ -408,9 +408,12 @@ struct Drive<'a> {
 enum Next {
     /// Wait this long, then read and decide again.
     Sleep(u64),
-    /// Wait until `until_ms` for the lease another attempt (begun at `attempt_ms`, under `fence`) holds on the key,
-    /// looking at the record while that attempt is young enough to be live ([`lease_wait_look_at`]), then read and
-    /// decide again: an attempt that ends early (nearly all do) is replayed soon after, not at its lease's expiry.
+    /// Wait until `until_ms` while the key's record is `Started` under `fence` (by another attempt, begun at
+    /// `attempt_ms`), looking at the record while that attempt is young enough to be live ([`lease_wait_look_at`]),
+    /// then read and decide again: an attempt that ends early (nearly all do) is replayed soon after, not at the end
+    /// of the wait. The wait is for the attempt's lease, or, once that expired, for a lookup connector's lag bound
+    /// (with the default 30 s lease, such an attempt is past the age at which it is looked at). A failed look
+    /// ends the drive with the ledger's error, as any read does.
     AwaitLease { until_ms: u64, attempt_ms: u64, fence: u64 },
     /// Read and decide again now.
     Again,
@@ -1373,6 +1376,8 @@ impl Engine {
                     },
                     &bound.full,
                 );
+                // Whether a stop is a pause (else the step failed): both are handled in one arm below.
+                let paused = matches!(decision, Decision::Pause(_));
                 match decision {
                     Decision::Replay => {
                         let record = record.expect("replay decided on a record");
@@ -1389,8 +1394,10 @@ impl Engine {
                         return Ok(End::Done(output));
                     }
                     Decision::WaitUntil { until_ms } => match &record {
+                        // An attempt stamped by a clock ahead of this drive's is taken as begun now: its age counts
+                        // from when this drive first saw it, not from a moment this clock has not reached.
                         Some(r) if r.status == Status::Started => {
-                            Next::AwaitLease { until_ms, attempt_ms: r.last_attempt_ms, fence: r.fence }
+                            Next::AwaitLease { until_ms, attempt_ms: r.last_attempt_ms.min(now_ms), fence: r.fence }
                         }
                         _ => Next::Sleep(until_ms.saturating_sub(now_ms)),
                     },
@@ -1399,18 +1406,14 @@ impl Engine {
                         self.observer.event(&Event::RetryScheduled { run_id, step_id, key: &key, attempt, delay_ms });
                         Next::Sleep(delay_ms)
                     }
-                    // A person's decision filed after the key's last attempt is applied where the key pauses, and
-                    // also where it fails: an attempt that outlived its lease may have landed a definite failure after
-                    // the run paused at it, and a person's retry allows one more attempt whatever the count.
-                    Decision::Pause(_) | Decision::Fail(_) => {
+                    // A person's decision made on the key as it now stands (its fence: see `pending_resolution`) is
+                    // applied where the key pauses, and also where it fails: an attempt that outlived its lease may
+                    // have landed a definite failure after the run paused at it, and a person's retry allows one more
+                    // attempt whatever the count.
+                    Decision::Pause(reason) | Decision::Fail(reason) => {
                         let pending = match &record {
                             Some(r) if !resolution_used => self.pending_resolution(run_id, &key, r)?,
                             _ => None,
-                        };
-                        let (reason, paused) = match decision {
-                            Decision::Pause(reason) => (reason, true),
-                            Decision::Fail(reason) => (reason, false),
-                            _ => unreachable!("matched above"),
                         };
                         let Some(resolution) = pending else {
                             if paused {
@@ -1479,8 +1482,9 @@ impl Engine {
                             }
                             Resolution::MarkDone { output } => {
                                 let bytes = done_output.unwrap_or_default();
-                                let fence = record.as_ref().map_or(0, |r| r.fence);
-                                match self.ledger.claim(&self.claim(job, fence, true, now_ms))? {
+                                // Claimed on the record as read, status and all: an answer of the attempt in doubt
+                                // that lands before the claim conflicts it, and the next pass decides on the answer.
+                                match self.ledger.claim(&self.claim(job, record.as_ref(), true, now_ms))? {
                                     Claimed::Granted { fence, .. } => {
                                         let done = Completion::Succeeded { output: bytes };
                                         if self.complete_or_lost(&key, fence, done, now_ms)? {
@@ -1516,9 +1520,10 @@ impl Engine {
                             )?;
                         }
                         let claim_ms = if person_retry { now_ms.max(person_retry_at_ms + 1) } else { now_ms };
+                        debug_assert_eq!(expected_fence, record.as_ref().map_or(0, |r| r.fence), "decided on the read");
                         let (fence, attempt) = match self.ledger.claim(&self.claim(
                             job,
-                            expected_fence,
+                            record.as_ref(),
                             durable || person_retry,
                             claim_ms,
                         ))? {
@@ -1697,7 +1702,15 @@ impl Engine {
         })
     }
 
-    fn claim<'a>(&'a self, job: &KeyJob<'a>, expected_fence: u64, durable: bool, now_ms: u64) -> Claim<'a> {
+    /// A claim of `job`'s key decided on `read` (the record as this drive read it, `None` for none): the ledger grants
+    /// it only while the record still has the fence and the status read.
+    fn claim<'a>(
+        &'a self,
+        job: &KeyJob<'a>,
+        read: Option<&ledger::StepRecord>,
+        durable: bool,
+        now_ms: u64,
+    ) -> Claim<'a> {
         Claim {
             key: job.key,
             run_id: job.run_id,
@@ -1707,7 +1720,8 @@ impl Engine {
             worker: &self.config.worker_id,
             now_ms,
             lease_ms: self.config.lease_ms,
-            expected_fence,
+            expected_fence: read.map_or(0, |r| r.fence),
+            expected_status: read.map(|r| r.status),
             durable,
             walk: Some(job.replays),
         }
@@ -1798,7 +1812,8 @@ mod tests {
         assert_eq!(lease_wait_look_at(at, at + 1_700), Some(at + 3_200));
         assert_eq!(lease_wait_look_at(at, at + 3_200), None, "6.4 s is past the age a live attempt may have");
         assert_eq!(lease_wait_look_at(at, at + 60_000), None);
-        // An attempt stamped by a clock ahead of this one's: looked at as a fresh one.
+        // An attempt stamped by a clock ahead of this one's would be first looked at 550 ms from now; `run_key` takes
+        // it as begun now instead (`attempt_ms.min(now_ms)`: tests/executor_late_outcomes.rs).
         assert_eq!(lease_wait_look_at(at + 500, at), Some(at + 550));
     }
 

@@ -93,6 +93,7 @@ fn writer(db: &Path, iteration: u64) {
             now_ms: index,
             lease_ms: 30_000,
             expected_fence: 0,
+            expected_status: None,
             durable,
             walk: None,
         };

@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::hooked::Hooked;
 use common::*;
 use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
@@ -591,13 +592,29 @@ async fn a_retry_after_a_late_failure_on_a_key_whose_attempts_ran_out_is_applied
 /// 30 s by default.) Nothing is sent twice.
 #[tokio::test]
 async fn a_second_drive_waits_for_the_first_attempt_not_for_its_lease() {
+    second_drive_waits_for_the_first_attempt(0).await;
+}
+
+/// The same with the first drive's host clock 60 s ahead of the second's: its attempt is stamped 60 s in the second
+/// drive's future. The second drive counts the attempt's age from when it first saw it, and still answers soon after
+/// the attempt's end. (Before, it first looked when its own clock reached the stamp plus 50 ms: a minute later.)
+#[tokio::test]
+async fn a_second_drive_waits_for_an_attempt_stamped_by_a_clock_ahead_of_its_own() {
+    second_drive_waits_for_the_first_attempt(60_000).await;
+}
+
+/// Drive A (its clock `a_ahead_ms` ahead of B's) holds run `r`'s payout key in a hung call; drive B of the same run
+/// must end within 10 s of A's answer, both succeeded, nothing sent twice.
+async fn second_drive_waits_for_the_first_attempt(a_ahead_ms: u64) {
     for (name, ledger) in ledgers() {
         let clock = JumpClock::new(1_000_000);
+        let a_clock = JumpClock::new(1_000_000);
+        a_clock.advance(a_ahead_ms);
         let bank = Gated::new(keyed("payout", 3_600_000, false));
         let api = Scripted::new("api", vec![keyed("notify", 3_600_000, false)], &[]);
         let release = bank.gate();
         let connectors = [bank.clone() as Arc<dyn Connector>, api.clone() as Arc<dyn Connector>];
-        let worker = |id: &str| {
+        let worker = |id: &str, clock: &Arc<JumpClock>| {
             Arc::new(engine_on(
                 clock.clone(),
                 EngineConfig { lease_ms: 30_000, ..config(id) },
@@ -608,7 +625,7 @@ async fn a_second_drive_waits_for_the_first_attempt_not_for_its_lease() {
                 &[pay_then_notify()],
             ))
         };
-        let (a, b) = (worker("wA"), worker("wB"));
+        let (a, b) = (worker("wA", &a_clock), worker("wB", &clock));
         a.create_run("wf", "r", &engine::doc!({"amount": 5})).unwrap();
         let a_drive = tokio::spawn({
             let a = a.clone();
@@ -629,124 +646,32 @@ async fn a_second_drive_waits_for_the_first_attempt_not_for_its_lease() {
     }
 }
 
-/// A memory ledger that makes the next two reads of a run's resolutions (`pending_resolution`) wait for each other,
-/// so that two drives take one decision at once, and stalls the first commit of a pause.
-struct LateAtResolutions {
-    inner: Arc<engine::ledger::memory::MemoryLedger>,
-    /// The next two `resolutions` reads wait for each other (two drives take one decision at once).
-    barrier: Mutex<Option<(Arc<std::sync::Barrier>, usize)>>,
-    /// The first `finish_drive(.., Paused, ..)` stalls this long first (a slow commit, a descheduled thread).
-    stall_pause: Mutex<Option<Duration>>,
-}
-
-mod late_at_resolutions {
-    use super::LateAtResolutions;
-    use engine::key::Key;
-    use engine::ledger::{
-        Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ReplayEntry, ResolutionRecord, Result, RunRecord,
-        RunStatus, StepRecord,
-    };
-    impl Ledger for LateAtResolutions {
-        fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-            self.inner.get(key)
-        }
-        fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
-            self.inner.claim(claim)
-        }
-        fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
-            self.inner.complete(key, fence, completion, now_ms)
-        }
-        fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
-            self.inner.renew(key, fence, lease_expiry_ms)
-        }
-        fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-            self.inner.record_plan(run_id, key, plan, now_ms)
-        }
-        fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-            self.inner.get_plan(key)
-        }
-        fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
-            self.inner.run_plans(run_id)
-        }
-        fn create_run(&self, run: RunRecord) -> Result<bool> {
-            self.inner.create_run(run)
-        }
-        fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
-            self.inner.get_run(run_id)
-        }
-        fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
-            self.inner.inspect_run(run_id, read)
-        }
-        fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-            self.inner.set_run_status(run_id, status, reason, now_ms)
-        }
-        fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
-            self.inner.begin_replay(run_id, trigger, now_ms)
-        }
-        fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
-            self.inner.replay_history(run_id)
-        }
-        fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
-            self.inner.run_steps(run_id)
-        }
-        fn finish_drive(
-            &self,
-            run_id: &str,
-            replays: u32,
-            status: RunStatus,
-            reason: Option<&str>,
-            now_ms: u64,
-        ) -> Result<bool> {
-            if status == RunStatus::Paused {
-                let stall = self.stall_pause.lock().unwrap().take();
-                if let Some(stall) = stall {
-                    std::thread::sleep(stall);
-                }
-            }
-            self.inner.finish_drive(run_id, replays, status, reason, now_ms)
-        }
-        fn unfinished_runs(&self) -> Result<Vec<String>> {
-            self.inner.unfinished_runs()
-        }
-        fn paused_runs(&self) -> Result<Vec<String>> {
-            self.inner.paused_runs()
-        }
-        fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
-            self.inner.intake(delivery, run)
-        }
-        fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
-            self.inner.record_rejected(source, event_id, reason, now_ms)
-        }
-        fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
-            self.inner.expire_inbox(before_ms)
-        }
-        fn record_resolution(&self, r: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()> {
-            self.inner.record_resolution(r, status, reason)
-        }
-        fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
-            let barrier = {
-                let mut slot = self.barrier.lock().unwrap();
-                let taken = slot.as_mut().map(|(b, n)| {
-                    *n += 1;
-                    (b.clone(), *n)
-                });
-                if taken.as_ref().is_some_and(|(_, n)| *n >= 2) {
-                    *slot = None;
-                }
-                taken
-            };
-            if let Some((barrier, _)) = barrier {
-                barrier.wait();
-            }
-            self.inner.resolutions(run_id)
-        }
-        fn forget_run(&self, run_id: &str) -> Result<()> {
-            self.inner.forget_run(run_id)
-        }
-        fn flush(&self) -> Result<()> {
-            self.inner.flush()
-        }
-    }
+/// ann marks the step done while the at-most-once payout's attempt is in doubt (`started`, its lease expired). The
+/// attempt's answer, a definite failure, lands between the drive's read of the key and its mark-done's claim (here:
+/// when the drive reads the run's decisions, in between). The run pauses again, as when the failure lands before the
+/// read (`a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again`), and the failure stays on record.
+/// (Found by QA, stop 49: the claim checked only the fence, which the failure keeps, so the step was marked succeeded
+/// over the failure with ann's output and no payout behind it, I2.)
+#[tokio::test]
+async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run_again() {
+    let inner = memory_ledger();
+    let hooked = Hooked::new(inner.clone());
+    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
+    assert_eq!(s.record().status, Status::Started);
+    record_resolution(s.ledger.as_ref(), "r", &person_y(), "ann", s.clock.now_ms()).unwrap();
+    let key = s.key;
+    Hooked::on(&hooked.before_resolutions, move |l| {
+        l.complete(&key, 1, Completion::Failed { error: "503 unavailable".into() }, 0).unwrap();
+    });
+    let c = s.engine("wC", Recorder::new());
+    let status = c.drive("r").await.unwrap();
+    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the failure landed in between");
+    assert_eq!((status, s.bank.effects().len()), (RunStatus::Paused, 0));
+    let reason = s.run().reason.unwrap_or_default();
+    assert!(reason.contains("a person must decide again"), "{reason}");
+    assert_eq!((s.record().status, s.record().error.as_deref()), (Status::Failed, Some("503 unavailable")));
+    assert!(s.notified().is_empty(), "notify ran on a payout that never happened: {:?}", s.notified());
+    let _ = s.late_answer(Answer::Fail).await;
 }
 
 /// Two drives of the run take ann's retry at once (`resolve` drives it while a worker resumes
@@ -758,14 +683,13 @@ mod late_at_resolutions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_drive_that_lost_a_persons_retry_claim_does_not_send_again() {
     let inner = memory_ledger();
-    let hooked =
-        Arc::new(LateAtResolutions { inner: inner.clone(), barrier: Mutex::new(None), stall_pause: Mutex::new(None) });
+    let hooked = Hooked::new(inner.clone());
     let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
     let _ = s.late_answer(Answer::Timeout).await;
     assert_eq!(s.record().status, Status::Unknown);
     record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
     let gate = s.bank.gate();
-    *hooked.barrier.lock().unwrap() = Some((Arc::new(std::sync::Barrier::new(2)), 0));
+    *hooked.resolutions_barrier.lock().unwrap() = Some((Arc::new(std::sync::Barrier::new(2)), 0));
     *hooked.stall_pause.lock().unwrap() = Some(Duration::from_millis(1_500));
     let (c, d) = (Arc::new(s.engine("wC", Recorder::new())), Arc::new(s.engine("wD", Recorder::new())));
     let c = tokio::spawn(async move { c.drive("r").await });

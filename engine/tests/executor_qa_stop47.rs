@@ -5,18 +5,16 @@
 
 mod common;
 
+use common::hooked::Hooked;
 use common::*;
 use engine::connector::{ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, Outcome, Request};
 use engine::doc::Doc;
 use engine::executor::{Engine, Planner};
 use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
-use engine::ledger::{
-    Claim, Claimed, Completion, Delivery, Intake, Ledger, Replay, ReplayEntry, Resolution, ResolutionRecord, Result,
-    RunRecord, RunStatus, Status, StepRecord,
-};
+use engine::ledger::{Claim, Claimed, Completion, Ledger, Replay, ReplayEntry, Resolution, RunStatus, Status};
 use serde_json::json;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 // --- stored data an older build accepted: Unicode noncharacters -----------------------------------------------------
 
@@ -52,6 +50,7 @@ async fn an_in_flight_step_of_a_trigger_an_older_build_accepted_is_not_failed() 
         now_ms: 0,
         lease_ms: 1,
         expected_fence: 0,
+        expected_status: None,
         durable: false,
         walk: None,
     };
@@ -136,132 +135,6 @@ async fn a_mark_done_output_holding_a_noncharacter_does_not_wedge_the_worker() {
 
 // --- a drive that is no longer the run's --------------------------------------------------------------------------
 
-type Hook = Box<dyn FnOnce(&MemoryLedger) + Send>;
-
-/// A memory ledger that runs a hook once, at a chosen call, before (or after) it does the call: another worker or a
-/// person acting at exactly that moment.
-struct Hooked {
-    inner: Arc<MemoryLedger>,
-    /// Before the first `set_run_status(_, Running, ..)`.
-    before_set_running: Mutex<Option<Hook>>,
-    /// After the first completion that succeeds a key.
-    after_success: Mutex<Option<Hook>>,
-    /// Counts `record_plan` calls that are not a key's first-attempt marker (a plan of a step).
-    plans: Mutex<Vec<String>>,
-}
-
-impl Hooked {
-    fn new(inner: Arc<MemoryLedger>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            before_set_running: Mutex::new(None),
-            after_success: Mutex::new(None),
-            plans: Mutex::new(Vec::new()),
-        })
-    }
-    fn fire(slot: &Mutex<Option<Hook>>, inner: &MemoryLedger) {
-        let hook = slot.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook(inner);
-        }
-    }
-}
-
-impl Ledger for Hooked {
-    fn get(&self, key: &Key) -> Result<Option<StepRecord>> {
-        self.inner.get(key)
-    }
-    fn claim(&self, claim: &Claim<'_>) -> Result<Claimed> {
-        self.inner.claim(claim)
-    }
-    fn complete(&self, key: &Key, fence: u64, completion: Completion, now_ms: u64) -> Result<()> {
-        let success = matches!(completion, Completion::Succeeded { .. });
-        let done = self.inner.complete(key, fence, completion, now_ms);
-        if success {
-            Self::fire(&self.after_success, &self.inner);
-        }
-        done
-    }
-    fn renew(&self, key: &Key, fence: u64, lease_expiry_ms: u64) -> Result<()> {
-        self.inner.renew(key, fence, lease_expiry_ms)
-    }
-    fn record_plan(&self, run_id: &str, key: &Key, plan: &[u8], now_ms: u64) -> Result<Vec<u8>> {
-        self.plans.lock().unwrap().push(String::from_utf8_lossy(plan).into_owned());
-        self.inner.record_plan(run_id, key, plan, now_ms)
-    }
-    fn get_plan(&self, key: &Key) -> Result<Option<Vec<u8>>> {
-        self.inner.get_plan(key)
-    }
-    fn run_plans(&self, run_id: &str) -> Result<Vec<(Key, Vec<u8>)>> {
-        self.inner.run_plans(run_id)
-    }
-    fn create_run(&self, run: RunRecord) -> Result<bool> {
-        self.inner.create_run(run)
-    }
-    fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>> {
-        self.inner.get_run(run_id)
-    }
-    fn inspect_run(&self, run_id: &str, read: &mut dyn FnMut(Option<&RunRecord>)) -> Result<()> {
-        self.inner.inspect_run(run_id, read)
-    }
-    fn set_run_status(&self, run_id: &str, status: RunStatus, reason: Option<&str>, now_ms: u64) -> Result<()> {
-        if status == RunStatus::Running {
-            Self::fire(&self.before_set_running, &self.inner);
-        }
-        self.inner.set_run_status(run_id, status, reason, now_ms)
-    }
-    fn begin_replay(&self, run_id: &str, trigger: &[u8], now_ms: u64) -> Result<Replay> {
-        self.inner.begin_replay(run_id, trigger, now_ms)
-    }
-    fn replay_history(&self, run_id: &str) -> Result<Vec<ReplayEntry>> {
-        self.inner.replay_history(run_id)
-    }
-    fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
-        self.inner.run_steps(run_id)
-    }
-    fn finish_drive(
-        &self,
-        run_id: &str,
-        replays: u32,
-        status: RunStatus,
-        reason: Option<&str>,
-        now_ms: u64,
-    ) -> Result<bool> {
-        // A first drive sets its run running through `finish_drive` (conditionally) since the fix.
-        if status == RunStatus::Running {
-            Self::fire(&self.before_set_running, &self.inner);
-        }
-        self.inner.finish_drive(run_id, replays, status, reason, now_ms)
-    }
-    fn unfinished_runs(&self) -> Result<Vec<String>> {
-        self.inner.unfinished_runs()
-    }
-    fn paused_runs(&self) -> Result<Vec<String>> {
-        self.inner.paused_runs()
-    }
-    fn intake(&self, delivery: &Delivery<'_>, run: RunRecord) -> Result<Intake> {
-        self.inner.intake(delivery, run)
-    }
-    fn record_rejected(&self, source: &str, event_id: &str, reason: &str, now_ms: u64) -> Result<()> {
-        self.inner.record_rejected(source, event_id, reason, now_ms)
-    }
-    fn expire_inbox(&self, before_ms: u64) -> Result<u64> {
-        self.inner.expire_inbox(before_ms)
-    }
-    fn record_resolution(&self, resolution: &ResolutionRecord, status: RunStatus, reason: Option<&str>) -> Result<()> {
-        self.inner.record_resolution(resolution, status, reason)
-    }
-    fn resolutions(&self, run_id: &str) -> Result<Vec<ResolutionRecord>> {
-        self.inner.resolutions(run_id)
-    }
-    fn forget_run(&self, run_id: &str) -> Result<()> {
-        self.inner.forget_run(run_id)
-    }
-    fn flush(&self) -> Result<()> {
-        self.inner.flush()
-    }
-}
-
 /// Two drives of one pending run (a second dispatch). Drive A reads the run `pending` and stalls just before it sets
 /// the run running; meanwhile drive B walked the run into a pause and a person aborted it (here: the run set
 /// `failed`, "aborted by pat", as `record_resolution` leaves it). A then wakes.
@@ -339,6 +212,7 @@ fn walk_claim(key: Key, expected_fence: u64, walk: u32) -> Claim<'static> {
         now_ms: 10,
         lease_ms: 5,
         expected_fence,
+        expected_status: None,
         durable: false,
         walk: Some(walk),
     }

@@ -881,6 +881,7 @@ async fn a_first_drive_decides_on_a_key_that_is_recorded_already() {
             now_ms: 0,
             lease_ms: 40,
             expected_fence: 0,
+            expected_status: None,
             durable: false,
             walk: None,
         };

@@ -171,6 +171,7 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
             now_ms: 10 + n as u64,
             lease_ms: 100,
             expected_fence: 0,
+            expected_status: None,
             durable: true,
             walk: None,
         };

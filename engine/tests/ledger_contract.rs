@@ -82,6 +82,7 @@ macro_rules! contract {
 contract!(
     claim_then_complete,
     claim_conflicts,
+    a_claim_expecting_a_status_conflicts_when_the_attempt_ended_meanwhile,
     takeover_fences_the_old_owner,
     transitions,
     output_conflict_is_refused,
@@ -119,6 +120,7 @@ fn claim_of<'a>(key: Key, run_id: &'a str, worker: &'a str, now_ms: u64, expecte
         now_ms,
         lease_ms: 100,
         expected_fence,
+        expected_status: None,
         durable: false,
         walk: None,
     }
@@ -236,6 +238,29 @@ fn claim_conflicts(f: Fixture) {
     }
     assert_eq!(l.get(&k).unwrap().unwrap(), current, "conflicting claims change nothing");
     assert_eq!(l.get(&key(9)).unwrap(), None);
+}
+
+/// An attempt's answer lands under the fence it was claimed with: a claim decided on the record `Started` (its lease
+/// expired) must not be granted over that attempt's `Failed` end, which has the same fence. Expecting the status it
+/// ended in, or no status, the same claim is granted.
+fn a_claim_expecting_a_status_conflicts_when_the_attempt_ended_meanwhile(f: Fixture) {
+    let l = &*f.ledger;
+    let k = key(1);
+    assert_eq!(granted(l.claim(&claim_of(k, "run-1", "w1", 0, 0))), (1, 1));
+    let on_started = Claim { expected_status: Some(Status::Started), ..claim_of(k, "run-1", "w2", 500, 1) };
+    l.complete(&k, 1, failed(), 200).unwrap();
+    let ended = l.get(&k).unwrap().unwrap();
+    match l.claim(&on_started) {
+        Ok(Claimed::Conflict(seen)) => assert_eq!(*seen, ended, "the conflict shows the failure"),
+        other => panic!("a claim decided on `started` over the attempt's failure: {other:?}"),
+    }
+    assert_eq!(l.get(&k).unwrap().unwrap(), ended, "a conflicting claim changes nothing");
+    // A status expected on a record that does not exist is a claim of a new key as any other.
+    let fresh = Claim { expected_status: Some(Status::Failed), ..claim_of(key(2), "run-1", "w2", 500, 0) };
+    assert_eq!(granted(l.claim(&fresh)), (1, 1));
+    let on_failed = Claim { expected_status: Some(Status::Failed), ..claim_of(k, "run-1", "w2", 500, 1) };
+    assert_eq!(granted(l.claim(&on_failed)), (2, 2));
+    assert_eq!(granted(l.claim(&claim_of(k, "run-1", "w1", 700, 2))), (3, 3), "no status expected: the fence decides");
 }
 
 fn takeover_fences_the_old_owner(f: Fixture) {

@@ -7,7 +7,7 @@
 use engine::key::Key;
 use engine::ledger::memory::MemoryLedger;
 use engine::ledger::sqlite::{Options, SqliteLedger};
-use engine::ledger::{Claim, Completion, Ledger, RunRecord, RunStatus};
+use engine::ledger::{Claim, Completion, Ledger, RunRecord, RunStatus, Status};
 use proptest::prelude::*;
 
 const KEY_COUNT: u8 = 4;
@@ -15,13 +15,14 @@ const RUN_COUNT: u8 = 2;
 
 #[derive(Debug, Clone)]
 enum Op {
-    /// Claim with the fence as read (`fresh`) or a guessed one.
+    /// Claim with the fence as read (`fresh`) or a guessed one, expecting a status (an index into `STATUSES`) or not.
     Claim {
         key: u8,
         worker: u8,
         now_ms: u64,
         durable: bool,
         fence: Option<u64>,
+        status: Option<u8>,
     },
     Complete {
         key: u8,
@@ -60,8 +61,22 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..KEY_COUNT, 0..2u8, 0..400u64, any::<bool>(), proptest::option::of(0..4u64))
-            .prop_map(|(key, worker, now_ms, durable, fence)| Op::Claim { key, worker, now_ms, durable, fence }),
+        4 => (
+            0..KEY_COUNT,
+            0..2u8,
+            0..400u64,
+            any::<bool>(),
+            proptest::option::of(0..4u64),
+            proptest::option::of(0..4u8)
+        )
+            .prop_map(|(key, worker, now_ms, durable, fence, status)| Op::Claim {
+                key,
+                worker,
+                now_ms,
+                durable,
+                fence,
+                status
+            }),
         4 => (0..KEY_COUNT, 0..4u64, 0..4u8, 0..400u64)
             .prop_map(|(key, fence, kind, now_ms)| Op::Complete { key, fence, kind, now_ms }),
         1 => (0..KEY_COUNT, 0..4u64, 0..400u64)
@@ -74,6 +89,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Flush),
     ]
 }
+
+const STATUSES: [Status; 4] = [Status::Started, Status::Succeeded, Status::Failed, Status::Unknown];
 
 fn key(n: u8) -> Key {
     Key([n; 32])
@@ -91,7 +108,7 @@ fn run_status(n: u8) -> RunStatus {
 /// Applies `op` and renders its result, so the two ledgers' answers can be compared as text.
 fn apply(l: &dyn Ledger, op: &Op) -> String {
     match *op {
-        Op::Claim { key: k, worker, now_ms, durable, fence } => {
+        Op::Claim { key: k, worker, now_ms, durable, fence, status } => {
             let expected_fence = match fence {
                 Some(f) => f,
                 None => l.get(&key(k)).unwrap().map_or(0, |r| r.fence),
@@ -108,6 +125,7 @@ fn apply(l: &dyn Ledger, op: &Op) -> String {
                 now_ms,
                 lease_ms: 100,
                 expected_fence,
+                expected_status: status.map(|n| STATUSES[n as usize]),
                 durable,
                 walk: None,
             };

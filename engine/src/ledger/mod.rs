@@ -104,6 +104,12 @@ pub struct Claim<'a> {
     /// [`Claimed::Conflict`] when the record changed since: a compare-and-swap, so the claimant's decision was made
     /// on the state it replaces.
     pub expected_fence: u64,
+    /// The status of the record as the claimant last read it, or `None` to check the fence alone (a claimant that
+    /// read no record, or a caller outside a drive). An attempt's answer lands under the fence it was claimed with, so
+    /// the fence alone does not tell a `Started` record from the same attempt's `Failed` or `Unknown` end: a claim
+    /// decided on `Started` (a person's mark-done of an attempt in doubt, say) is refused with [`Claimed::Conflict`]
+    /// when the answer landed meanwhile, and the claimant decides again on what the answer says.
+    pub expected_status: Option<Status>,
     /// Must the intent be on disk before the call? True for at-most-once and lookup-before-create actions (see
     /// `ARCHITECTURE.md`, "group commit"); keyed intents may be group-committed.
     pub durable: bool,

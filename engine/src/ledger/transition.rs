@@ -7,8 +7,9 @@
 //! Rules (see the module doc of [`super`]):
 //! - claim: absent (`expected_fence == 0`) → `Started` at fence 1, attempt 1; `Failed`, `Unknown` or `Started` with
 //!   an expired lease (`lease_expiry_ms <= now_ms`) → `Started` at fence + 1, attempt + 1. A record whose fence is
-//!   not `expected_fence`, or that is `Started` under an unexpired lease (whoever holds it), is a
-//!   [`Claimed::Conflict`]. `Succeeded` is final: claiming it is [`Error::InvalidTransition`].
+//!   not `expected_fence`, or not of `expected_status` when the claim names one, or that is `Started` under an
+//!   unexpired lease (whoever holds it), is a [`Claimed::Conflict`]. `Succeeded` is final: claiming it (expecting it,
+//!   or no status) is [`Error::InvalidTransition`].
 //! - complete: `Started` → `Succeeded | Failed | Unknown`; `Failed | Unknown` → `Succeeded` (adopt). The fence
 //!   must be the record's current fence, else [`Error::Fenced`]. On a `Succeeded` record the same output again is an
 //!   idempotent `Ok` whatever the fence (nothing is written, so there is nothing to fence), a different output is
@@ -58,7 +59,7 @@ pub(crate) fn claim(current: Option<&mut StepRecord>, claim: &Claim<'_>) -> Resu
         return Ok(ClaimEffect::Insert(record, granted));
     };
     assert_eq!(record.key, claim.key, "the ledger handed the decision core the record of another key");
-    if record.fence != claim.expected_fence {
+    if record.fence != claim.expected_fence || claim.expected_status.is_some_and(|status| status != record.status) {
         return Ok(ClaimEffect::Conflict(Claimed::Conflict(Box::new(record.clone()))));
     }
     match record.status {

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, reason = "each test file uses a different subset of the helpers")]
 
+pub mod hooked;
+
 use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{
     ActionSpec, BoxFuture, Connector, GuaranteeClass, LookupOutcome, NotApplied, Outcome, Request,
