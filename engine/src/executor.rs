@@ -912,9 +912,22 @@ impl Engine {
         if !ledger::names_someone(&source.name) {
             return Err(webhook::Error::BlankSource);
         }
-        let checked =
-            webhook::check_ids(delivery).and_then(|()| webhook::verify(source, delivery, now_ms)).and_then(|()| {
+        if let Some(body_ids) = &source.body_ids {
+            body_ids.check()?;
+        }
+        let checked = webhook::check_ids(delivery)
+            .and_then(|()| webhook::verify(source, delivery, now_ms))
+            .and_then(|()| {
                 canonical::canonicalize_bytes(&delivery.body).map_err(|e| webhook::Error::InvalidBody(e.to_string()))
+            })
+            .and_then(|trigger| {
+                // The ids are checked against the body the signature covers; it parsed above, so it parses here.
+                if let Some(body_ids) = &source.body_ids {
+                    let body = serde_json::from_slice(&delivery.body)
+                        .map_err(|e| webhook::Error::InvalidBody(e.to_string()))?;
+                    webhook::check_body_ids(body_ids, delivery, &body)?;
+                }
+                Ok(trigger)
             });
         let trigger = match checked {
             Ok(trigger) => trigger,

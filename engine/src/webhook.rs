@@ -10,12 +10,14 @@
 //! tolerance of now. A source with a secret refuses unsigned deliveries. A rejected delivery is recorded
 //! ([`crate::ledger::Ledger::record_rejected`]) and never run.
 //!
-//! **The event id, object id and event type are not signed: take them from the signed body** (Stripe's `id`,
+//! **The event id, object id and event type are not signed: they must come from the signed body** (Stripe's `id`,
 //! `data.object.id` and `type`), never from a header or the URL. The run id is derived from the event id, so an event
 //! id taken from outside the body would let anyone who saw one genuine delivery resend it, within the tolerance,
-//! under other event ids, and start a run (and its payment) for each. (Signing them apart, as Svix signs its message
-//! id, would refuse every Stripe delivery: stop 49 tried it and went back. A source option naming where in the body
-//! each id lives, checked by the engine, is the better fix and is not built.)
+//! under other event ids, and start a run (and its payment) for each. A source's [`Source::body_ids`] names where in
+//! the body each id lives (JSON pointers; [`BodyIds::stripe`]), and the engine refuses a delivery whose ids are not
+//! the body's ([`Error::IdNotInBody`]), so an embedder that took them from elsewhere by mistake is caught rather than
+//! trusted. Without it the engine cannot tell. (Signing the ids apart, as Svix signs its message id, would refuse
+//! every Stripe delivery: stop 49 tried it and went back.)
 //!
 //! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too, for as
 //! long as the inbox keeps the first (some senders emit two events for one change, with their own ids and envelopes).
@@ -48,6 +50,50 @@ pub struct Source {
     pub dedup_by_object: bool,
     /// The workflow each new event starts.
     pub workflow: String,
+    /// Where the body holds the delivery's ids; `None` trusts the ids as given (see the module doc).
+    pub body_ids: Option<BodyIds>,
+}
+
+/// Where a source's bodies hold each delivery's ids, as JSON pointers (RFC 6901: `""` is the whole document, `/a/0`
+/// is member `a`'s first element, `~1` and `~0` spell `/` and `~` in a name). The value there must be a string (or an
+/// integer, compared as its decimal text) equal to the delivery's id. A pointer left `None` is not checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyIds {
+    pub event_id: String,
+    pub object_id: Option<String>,
+    pub event_type: Option<String>,
+}
+
+impl BodyIds {
+    /// Stripe's event envelope: `id`, `data.object.id`, `type`.
+    pub fn stripe() -> Self {
+        Self {
+            event_id: "/id".to_owned(),
+            object_id: Some("/data/object/id".to_owned()),
+            event_type: Some("/type".to_owned()),
+        }
+    }
+
+    /// The (field, pointer) pairs to check.
+    fn pointers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("event id", Some(&self.event_id)),
+            ("object id", self.object_id.as_ref()),
+            ("event type", self.event_type.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(field, pointer)| pointer.map(|p| (field, p.as_str())))
+    }
+
+    /// Refuses a pointer that is neither empty nor begins with `/` (a configuration error, [`Error::BadBodyIds`]).
+    pub fn check(&self) -> Result<(), Error> {
+        match self.pointers().find(|(_, pointer)| !pointer.is_empty() && !pointer.starts_with('/')) {
+            Some((field, pointer)) => Err(Error::BadBodyIds(format!(
+                "the {field}'s pointer {pointer:?} is not a JSON pointer (empty, or beginning with '/')"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// One delivery as received.
@@ -99,6 +145,14 @@ pub enum Error {
     /// The source's name is blank: its deliveries could not be told from another source's (a configuration error,
     /// not a refusal of the delivery).
     BlankSource,
+    /// An id of the delivery is not the one its body holds where the source's [`BodyIds`] say.
+    IdNotInBody {
+        field: &'static str,
+        pointer: String,
+        why: String,
+    },
+    /// The source's [`BodyIds`] are not JSON pointers (a configuration error, not a refusal of the delivery).
+    BadBodyIds(String),
     /// The engine was halted at [`crate::event::CrashPoint::DuringWebhookIntake`] (crash injection): nothing was
     /// written; the caller must treat the worker as dead.
     Halted,
@@ -123,6 +177,10 @@ impl std::fmt::Display for Error {
             Error::EmptyEventId => write!(f, "a delivery needs a non-empty event id"),
             Error::InvalidId { field, why } => write!(f, "the delivery's {field} {why}"),
             Error::BlankSource => write!(f, "the webhook source has a blank name"),
+            Error::IdNotInBody { field, pointer, why } => {
+                write!(f, "the delivery's {field} is not the signed body's at {pointer:?}: {why}")
+            }
+            Error::BadBodyIds(why) => write!(f, "the webhook source's body ids: {why}"),
             Error::Halted => write!(f, "the engine was halted during intake"),
             Error::Ledger(why) => write!(f, "ledger error during intake: {why}"),
         }
@@ -134,7 +192,10 @@ impl std::error::Error for Error {}
 impl Error {
     /// Is this a refusal of the delivery itself (recorded as rejected), rather than a failure of the engine?
     pub fn is_rejection(&self) -> bool {
-        !matches!(self, Error::Halted | Error::Ledger(_) | Error::UnknownWorkflow(_) | Error::BlankSource)
+        !matches!(
+            self,
+            Error::Halted | Error::Ledger(_) | Error::UnknownWorkflow(_) | Error::BlankSource | Error::BadBodyIds(_)
+        )
     }
 }
 
@@ -159,6 +220,54 @@ pub fn check_ids(incoming: &Incoming) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Refuses a delivery whose ids are not those its body holds where `body_ids` say: each must be there, as a string
+/// (or an integer, as its decimal text), equal to the delivery's. `body` is the delivery's body, parsed.
+pub fn check_body_ids(body_ids: &BodyIds, incoming: &Incoming, body: &serde_json::Value) -> Result<(), Error> {
+    let checks = [
+        ("event id", Some(&body_ids.event_id), Some(incoming.event_id.as_str())),
+        ("object id", body_ids.object_id.as_ref(), incoming.object_id.as_deref()),
+        ("event type", body_ids.event_type.as_ref(), incoming.event_type.as_deref()),
+    ];
+    for (field, pointer, given) in checks {
+        let Some(pointer) = pointer else { continue };
+        let refuse = |why: String| Error::IdNotInBody { field, pointer: pointer.to_owned(), why };
+        let held = match body.pointer(pointer) {
+            None => None,
+            Some(serde_json::Value::String(held)) => Some(std::borrow::Cow::Borrowed(held.as_str())),
+            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string().into()),
+            Some(other) => return Err(refuse(format!("the body holds {} there, not an id", json_kind(other)))),
+        };
+        match (given, held.as_deref()) {
+            (Some(given), Some(held)) if given == held => {}
+            (Some(given), Some(held)) => {
+                return Err(refuse(format!("{:?} given, {:?} in the body", shown(given), shown(held))));
+            }
+            (Some(given), None) => {
+                return Err(refuse(format!("{:?} given, and the body holds nothing there", shown(given))));
+            }
+            (None, Some(held)) => return Err(refuse(format!("none given, {:?} in the body", shown(held)))),
+            (None, None) => {}
+        }
+    }
+    Ok(())
+}
+
+/// An id as an error shows it: cut like a recorded event id ([`recorded_event_id`]).
+fn shown(id: &str) -> std::borrow::Cow<'_, str> {
+    recorded_event_id(id)
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number that is not an integer",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// `event_id` as a refused delivery's record keeps it: cut to at most [`ID_LEN_MAX`] bytes (at a character

@@ -22,6 +22,7 @@ fn source(dedup_by_object: bool) -> Source {
         tolerance_ms: webhook::TOLERANCE_MS_DEFAULT,
         dedup_by_object,
         workflow: "wf".to_string(),
+        body_ids: None,
     }
 }
 
@@ -334,4 +335,83 @@ fn on_file(
     let engine =
         engine(config("w1"), ledger.clone(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
     (ledger, engine, recorder)
+}
+
+/// A body in Stripe's envelope, with the trigger fields `one_step` renders beside it.
+fn enveloped(event_id: &str, object_id: &str) -> String {
+    let data = serde_json::json!({"object": {"id": object_id}});
+    serde_json::json!({"id": event_id, "type": "customer.updated", "data": data, "email": "a@example.com", "amount": 5})
+        .to_string()
+}
+
+/// A source that names where its bodies hold the ids ([`webhook::BodyIds::stripe`]) refuses a delivery whose ids are
+/// not its signed body's. The attack this closes: one genuine signed delivery, resent within the tolerance under new
+/// event ids, started a run (and a payment) for each (QA, stop 49); with the body's ids checked it starts one run.
+#[tokio::test]
+async fn a_source_naming_its_body_ids_refuses_ids_its_body_does_not_hold() {
+    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
+    let ledger = memory_ledger();
+    let recorder = Recorder::new();
+    let engine = engine(
+        config("w1"),
+        ledger.clone(),
+        recorder.clone(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "api.charge")],
+    );
+    let now_ms = RuntimeClock::new(1_000_000).now_ms();
+    let stripe = Source { body_ids: Some(webhook::BodyIds::stripe()), ..source(false) };
+    let genuine = delivery("evt_1", &enveloped("evt_1", "cus_1"), now_ms, Some("cus_1"));
+    let Ok(Intake::Started { run_id }) = engine.intake_webhook(&stripe, &genuine) else { panic!("genuine refused") };
+    let refused = |incoming: &Incoming| match engine.intake_webhook(&stripe, incoming) {
+        Err(e @ Error::IdNotInBody { .. }) => {
+            assert!(e.is_rejection(), "{e}");
+            assert!(recorder.lines().contains(&format!("webhook-rejected {}", incoming.event_id)), "{e}");
+            e.to_string()
+        }
+        other => panic!("{:?} was not refused: {other:?}", incoming.event_id),
+    };
+    // The same signed body under other event ids: each verifies, and each is refused.
+    for event_id in ["evt_2", "evt_3", "evt_1 "] {
+        let replayed = Incoming { event_id: event_id.into(), ..genuine.clone() };
+        assert_eq!(webhook::verify(&stripe, &replayed, now_ms), Ok(()));
+        let why = refused(&replayed);
+        assert!(why.contains(r#"at "/id""#) && why.contains("evt_1"), "{why}");
+    }
+    let other_object = Incoming { object_id: Some("cus_2".into()), ..genuine.clone() };
+    assert!(refused(&other_object).contains("object id"));
+    let no_object = Incoming { object_id: None, ..genuine.clone() };
+    assert!(refused(&no_object).contains(r#"none given, "cus_1" in the body"#));
+    let other_type = Incoming { event_type: Some("charge.refunded".into()), ..genuine.clone() };
+    assert!(refused(&other_type).contains("event type"));
+    let bare = delivery("evt_4", r#"{"email":"a@example.com","amount":5}"#, now_ms, Some("cus_1"));
+    assert!(refused(&bare).contains("the body holds nothing there"), "{}", refused(&bare));
+    let numbered = delivery("evt_5", r#"{"id":{"n":5},"type":"customer.updated"}"#, now_ms, None);
+    let why = refused(&numbered);
+    assert!(why.contains("holds an object there, not an id"), "{why}");
+    // An integer id is compared as its decimal text.
+    let integer = Source {
+        body_ids: Some(webhook::BodyIds { event_id: "/n".into(), object_id: None, event_type: None }),
+        ..source(false)
+    };
+    let counted = delivery("42", r#"{"n":42,"email":"a@example.com","amount":5}"#, now_ms, None);
+    assert!(matches!(engine.intake_webhook(&integer, &counted), Ok(Intake::Started { .. })));
+    // One run from all of it, one charge.
+    assert_eq!(engine.drive(&run_id).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(connector.effects().len(), 1);
+    // A pointer that is not one is the source's fault: an error, not a refusal of the delivery, and nothing recorded.
+    let misconfigured = Source {
+        body_ids: Some(webhook::BodyIds { event_id: "id".into(), object_id: None, event_type: None }),
+        ..source(false)
+    };
+    let next = delivery("evt_6", &enveloped("evt_6", "cus_6"), now_ms, None);
+    match engine.intake_webhook(&misconfigured, &next) {
+        Err(e @ Error::BadBodyIds(_)) => {
+            assert!(!e.is_rejection());
+            assert!(e.to_string().contains(r#"pointer "id" is not a JSON pointer"#), "{e}");
+        }
+        other => panic!("a bad pointer: {other:?}"),
+    }
+    assert!(!recorder.lines().contains(&"webhook-rejected evt_6".to_string()));
 }

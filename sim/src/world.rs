@@ -1284,6 +1284,8 @@ fn webhook_source(knobs: &crate::profile::WorldKnobs, workflow: &str) -> engine:
         tolerance_ms: 300_000,
         dedup_by_object: knobs.webhook_dedup_by_object,
         workflow: workflow.to_owned(),
+        // The simulated bodies are the triggers alone (no envelope), and the world hands intake the ids it made.
+        body_ids: None,
     }
 }
 
