@@ -55,8 +55,10 @@ pub struct Source {
 }
 
 /// Where a source's bodies hold each delivery's ids, as JSON pointers (RFC 6901: `""` is the whole document, `/a/0`
-/// is member `a`'s first element, `~1` and `~0` spell `/` and `~` in a name). The value there must be a string (or an
-/// integer, compared as its decimal text) equal to the delivery's id. A pointer left `None` is not checked.
+/// is member `a`'s first element, `~1` and `~0` spell `/` and `~` in a name). The value there must be a string (or a
+/// number, compared as its RFC 8785 text: plain digits for an integer below 10^21, so `1e2` and `100.0` are `100`)
+/// equal to the delivery's id. A pointer left `None` is not checked. A number has that one spelling only: were
+/// several accepted (`100`, `100.0`), one signed body could start a run under each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyIds {
     pub event_id: String,
@@ -85,14 +87,20 @@ impl BodyIds {
         .filter_map(|(field, pointer)| pointer.map(|p| (field, p.as_str())))
     }
 
-    /// Refuses a pointer that is neither empty nor begins with `/` (a configuration error, [`Error::BadBodyIds`]).
+    /// Refuses a pointer that is not an RFC 6901 JSON pointer (a configuration error, [`Error::BadBodyIds`]): one that
+    /// is neither empty nor begins with `/`, or has a `~` that is not `~0` or `~1`.
     pub fn check(&self) -> Result<(), Error> {
-        match self.pointers().find(|(_, pointer)| !pointer.is_empty() && !pointer.starts_with('/')) {
-            Some((field, pointer)) => Err(Error::BadBodyIds(format!(
-                "the {field}'s pointer {pointer:?} is not a JSON pointer (empty, or beginning with '/')"
-            ))),
-            None => Ok(()),
+        for (field, pointer) in self.pointers() {
+            let why = if !pointer.is_empty() && !pointer.starts_with('/') {
+                "it is neither empty nor begins with '/'"
+            } else if pointer.split('~').skip(1).any(|after| !after.starts_with(['0', '1'])) {
+                "a '~' in it is not '~0' (for '~') or '~1' (for '/')"
+            } else {
+                continue;
+            };
+            return Err(Error::BadBodyIds(format!("the {field}'s pointer {pointer:?} is not a JSON pointer: {why}")));
         }
+        Ok(())
     }
 }
 
@@ -236,7 +244,11 @@ pub fn check_body_ids(body_ids: &BodyIds, incoming: &Incoming, body: &serde_json
         let held = match body.pointer(pointer) {
             None => None,
             Some(serde_json::Value::String(held)) => Some(std::borrow::Cow::Borrowed(held.as_str())),
-            Some(serde_json::Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string().into()),
+            Some(number @ serde_json::Value::Number(_)) => {
+                // The body canonicalised, so its numbers do; their text is ASCII.
+                let text = crate::canonical::to_vec(number).map_err(|e| refuse(format!("its number: {e}")))?;
+                Some(String::from_utf8_lossy(&text).into_owned().into())
+            }
             Some(other) => return Err(refuse(format!("the body holds {} there, not an id", json_kind(other)))),
         };
         match (given, held.as_deref()) {
@@ -263,7 +275,7 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number that is not an integer",
+        serde_json::Value::Number(_) => "a number",
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "an array",
         serde_json::Value::Object(_) => "an object",
