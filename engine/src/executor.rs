@@ -1449,17 +1449,28 @@ impl Engine {
                         }
                         // A mark-done made on an attempt of unknown outcome, over which that attempt's answer has
                         // since landed saying the step definitely did not apply: the decision's premise is gone (a
-                        // success recorded now would have no effect behind it), so a person decides again.
+                        // success recorded now would have no effect behind it), so a person decides again. An older
+                        // build's mark-done does not say what it was made on: over a definite failure it is not
+                        // applied either, since a success with nothing behind it is the harm a second decision avoids.
                         if let (Resolution::MarkDone { .. }, Some(r)) = (&resolution.resolution, &record)
                             && r.status == Status::Failed
-                            && resolution.seen.is_some_and(|seen| seen.status != Status::Failed)
+                            && resolution.seen.is_none_or(|seen| seen.status != Status::Failed)
                         {
-                            let reason = format!(
-                                "{reason}; the attempt's answer came after {} decided to mark the step done, and says \
-                                 it definitely did not apply ({}): a person must decide again [key {key}]",
-                                resolution.by,
-                                r.error.as_deref().unwrap_or("no error recorded")
-                            );
+                            let error = r.error.as_deref().unwrap_or("no error recorded");
+                            let reason = match resolution.seen {
+                                Some(_) => format!(
+                                    "{reason}; the attempt's answer came after {} decided to mark the step done, and \
+                                     says it definitely did not apply ({error}): a person must decide again \
+                                     [key {key}]",
+                                    resolution.by
+                                ),
+                                None => format!(
+                                    "{reason}; the decision to mark the step done by {} was filed by an older build, \
+                                     which did not record what it was made on, and the step is recorded as definitely \
+                                     not applied ({error}): a person must decide again [key {key}]",
+                                    resolution.by
+                                ),
+                            };
                             return Ok(End::Paused { reason, key });
                         }
                         // Refused when it is filed ([`record_resolution`]); an older build filed it unchecked. The

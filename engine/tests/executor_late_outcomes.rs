@@ -17,7 +17,7 @@ use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
 use engine::executor::{Engine, EngineConfig, Error, record_resolution};
 use engine::key::Key;
-use engine::ledger::{Completion, Ledger, Resolution, RunStatus, Status, paused_key};
+use engine::ledger::{Completion, Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -426,6 +426,55 @@ async fn a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again()
         assert_eq!(c.resolve("r", Resolution::Retry, "bo").await.unwrap(), RunStatus::Succeeded, "{name}");
         assert_eq!((s.bank.calls(), s.bank.effects().len()), (2, 1), "{name}: sent once more, one payout");
         assert_eq!(s.notified(), [json!("auto-1")], "{name}");
+    }
+}
+
+/// The same history with the mark-done filed by an older build, which recorded no `seen` (a ledger before schema
+/// version 5): it does not say whether the failure was known when it was made, so over the failure it is not applied
+/// either, and the run pauses again, saying why. Over the key still in doubt it is applied, as before.
+#[tokio::test]
+async fn an_older_builds_mark_done_is_not_applied_over_a_definite_failure() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::AtMostOnce).await;
+        let older = |at_ms| ResolutionRecord {
+            run_id: "r".into(),
+            key: s.key,
+            resolution: person_y(),
+            by: "ann".into(),
+            at_ms,
+            seen: None,
+        };
+        s.ledger.record_resolution(&older(s.clock.now_ms()), RunStatus::Running, None).unwrap();
+        s.ledger.complete(&s.key, 1, Completion::Failed { error: "503 unavailable".into() }, s.clock.now_ms()).unwrap();
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
+        let reason = s.run().reason.unwrap_or_default();
+        assert!(
+            reason.contains(
+                "the decision to mark the step done by ann was filed by an older build, which did not record what it \
+                 was made on, and the step is recorded as definitely not applied (503 unavailable): a person must \
+                 decide again"
+            ),
+            "{name}: {reason}"
+        );
+        assert_eq!((s.record().status, s.bank.effects().len(), s.notified().len()), (Status::Failed, 0, 0), "{name}");
+        let _ = s.late_answer(Answer::Fail).await;
+    }
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::AtMostOnce).await;
+        let older = ResolutionRecord {
+            run_id: "r".into(),
+            key: s.key,
+            resolution: person_y(),
+            by: "ann".into(),
+            at_ms: s.clock.now_ms(),
+            seen: None,
+        };
+        s.ledger.record_resolution(&older, RunStatus::Running, None).unwrap();
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.drive("r").await.unwrap(), RunStatus::Succeeded, "{name}: the key in doubt takes the decision");
+        assert_eq!(s.notified(), [json!("person-Y")], "{name}");
+        let _ = s.late_answer(Answer::Fail).await;
     }
 }
 
