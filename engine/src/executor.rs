@@ -1491,11 +1491,13 @@ impl Engine {
                             Resolution::Retry | Resolution::Abort => None,
                         };
                         resolution_used = true;
-                        self.observer.event(&Event::RunResolved {
-                            run_id,
-                            key: &key,
-                            resolution: resolution.resolution.name(),
-                        });
+                        // Reported as applied where it takes effect: a mark-done once its success is recorded (a
+                        // claim that conflicts leaves it to be judged again on the record as it then is).
+                        let resolved =
+                            Event::RunResolved { run_id, key: &key, resolution: resolution.resolution.name() };
+                        if !matches!(resolution.resolution, Resolution::MarkDone { .. }) {
+                            self.observer.event(&resolved);
+                        }
                         match resolution.resolution {
                             Resolution::Abort => {
                                 return Ok(End::Failed { reason: format!("aborted by {}", resolution.by) });
@@ -1513,6 +1515,7 @@ impl Engine {
                                     Claimed::Granted { fence, .. } => {
                                         let done = Completion::Succeeded { output: bytes };
                                         if self.complete_or_lost(&key, fence, done, now_ms)? {
+                                            self.observer.event(&resolved);
                                             self.observer.event(&Event::StepSucceeded {
                                                 run_id,
                                                 step_id,
@@ -1522,7 +1525,8 @@ impl Engine {
                                             return Ok(End::Done(Doc::from(&output)));
                                         }
                                     }
-                                    // The record moved: read again; the resolution still applies.
+                                    // The record moved (another drive's claim, or the answer of the attempt in
+                                    // doubt): read again, and judge the decision on the record as it now is.
                                     Claimed::Conflict(_) => resolution_used = false,
                                     Claimed::Superseded => return Ok(End::Superseded),
                                 }

@@ -700,7 +700,8 @@ async fn second_drive_waits_for_the_first_attempt(a_ahead_ms: u64) {
 /// when the drive reads the run's decisions, in between). The run pauses again, as when the failure lands before the
 /// read (`a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again`), and the failure stays on record.
 /// (Found by QA, stop 49: the claim checked only the fence, which the failure keeps, so the step was marked succeeded
-/// over the failure with ann's output and no payout behind it, I2.)
+/// over the failure with ann's output and no payout behind it, I2. Once that was mended, the drive still reported the
+/// decision as applied, `resolved mark-done`, before its claim conflicted.)
 #[tokio::test]
 async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run_again() {
     let inner = memory_ledger();
@@ -712,9 +713,12 @@ async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run
     Hooked::on(&hooked.before_resolutions, move |l| {
         l.complete(&key, 1, Completion::Failed { error: "503 unavailable".into() }, 0).unwrap();
     });
-    let c = s.engine("wC", Recorder::new());
+    let recorder = Recorder::new();
+    let c = s.engine("wC", recorder.clone());
     let status = c.drive("r").await.unwrap();
     assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the failure landed in between");
+    // The decision was not applied, and is not reported as applied.
+    assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
     assert_eq!((status, s.bank.effects().len()), (RunStatus::Paused, 0));
     let reason = s.run().reason.unwrap_or_default();
     assert!(reason.contains("a person must decide again"), "{reason}");
