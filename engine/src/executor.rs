@@ -915,7 +915,7 @@ impl Engine {
         if let Some(body_ids) = &source.body_ids {
             body_ids.check()?;
         }
-        let checked = webhook::check_ids(delivery)
+        let checked = webhook::check_ids(source, delivery)
             .and_then(|()| webhook::verify(source, delivery, now_ms))
             .and_then(|()| {
                 canonical::canonicalize_bytes(&delivery.body).map_err(|e| webhook::Error::InvalidBody(e.to_string()))

@@ -207,15 +207,19 @@ impl Error {
     }
 }
 
-/// Refuses a delivery whose event id (or object id or event type, where it has them) is empty, blank or longer than
-/// [`ID_LEN_MAX`]: an id that is only white space or invisible characters names nothing a person could find again.
-pub fn check_ids(incoming: &Incoming) -> Result<(), Error> {
+/// Refuses a delivery whose event id, object id or event type is longer than [`ID_LEN_MAX`], or whose event id is
+/// empty or blank: an id that is only white space or invisible characters names nothing a person could find again.
+/// A blank object id or event type is refused only at a source that deduplicates by them (`dedup_by_object`); other
+/// sources do not use them, and refusing the delivery would lose a genuine event.
+pub fn check_ids(source: &Source, incoming: &Incoming) -> Result<(), Error> {
     if incoming.event_id.is_empty() {
         return Err(Error::EmptyEventId);
     }
-    let fields = [("event id", Some(&incoming.event_id)), ("object id", incoming.object_id.as_ref())];
-    let fields = fields.into_iter().chain([("event type", incoming.event_type.as_ref())]);
-    for (field, value) in fields {
+    let fields = [("event id", Some(&incoming.event_id), true)].into_iter().chain([
+        ("object id", incoming.object_id.as_ref(), source.dedup_by_object),
+        ("event type", incoming.event_type.as_ref(), source.dedup_by_object),
+    ]);
+    for (field, value, used) in fields {
         let Some(value) = value else { continue };
         if value.len() > ID_LEN_MAX {
             return Err(Error::InvalidId {
@@ -223,7 +227,7 @@ pub fn check_ids(incoming: &Incoming) -> Result<(), Error> {
                 why: format!("is {} bytes long, longer than {ID_LEN_MAX}", value.len()),
             });
         }
-        if !crate::ledger::names_someone(value) {
+        if used && !crate::ledger::names_someone(value) {
             return Err(Error::InvalidId { field, why: format!("{value:?} is blank") });
         }
     }
@@ -231,7 +235,7 @@ pub fn check_ids(incoming: &Incoming) -> Result<(), Error> {
 }
 
 /// Refuses a delivery whose ids are not those its body holds where `body_ids` say: each must be there, as a string
-/// (or an integer, as its decimal text), equal to the delivery's. `body` is the delivery's body, parsed.
+/// (or a number, in its canonical spelling), equal to the delivery's. `body` is the delivery's body, parsed.
 pub fn check_body_ids(body_ids: &BodyIds, incoming: &Incoming, body: &serde_json::Value) -> Result<(), Error> {
     let checks = [
         ("event id", Some(&body_ids.event_id), Some(incoming.event_id.as_str())),

@@ -240,7 +240,8 @@ async fn tests_run_inside_madsim() {
 /// An event id, object id or event type that is blank or longer than `ID_LEN_MAX` is refused by name before anything
 /// else is checked (a blank id names nothing a person could find again; a huge one is junk), and a refused delivery's
 /// event id is recorded cut to `ID_LEN_MAX` bytes, so that forged deliveries cannot fill the ledger. A source with a
-/// blank name is a configuration error, not a refusal.
+/// blank name is a configuration error, not a refusal. A blank object id or event type is refused only where the
+/// source deduplicates by them.
 #[tokio::test]
 async fn blank_and_huge_ids_are_refused_and_recorded_cut() {
     let dir = tempfile::tempdir().unwrap();
@@ -293,6 +294,12 @@ async fn blank_and_huge_ids_are_refused_and_recorded_cut() {
     let blank = Source { name: " ".into(), ..source(false) };
     let refused = engine.intake_webhook(&blank, &delivery("evt_b", body, now_ms, None)).unwrap_err();
     assert_eq!((refused.clone(), refused.is_rejection()), (Error::BlankSource, false));
+    // A source that does not deduplicate by object does not use the object id or event type: blank ones are taken
+    // (an embedder that passes "" for none), not refused, which would lose a genuine event. Huge ones are refused.
+    let unused = Incoming { event_type: Some(String::new()), ..delivery("evt_u", body, now_ms, Some("")) };
+    assert!(matches!(engine.intake_webhook(&source(false), &unused), Ok(Intake::Started { .. })));
+    let huge = Incoming { object_id: Some("o".repeat(300)), ..delivery("evt_h", body, now_ms, None) };
+    assert!(matches!(engine.intake_webhook(&source(false), &huge), Err(Error::InvalidId { field: "object id", .. })));
 }
 
 /// A refused delivery is answered as refused even when its record cannot be written (the ledger locked by another
