@@ -249,6 +249,13 @@ fn retry_when_due(input: &Input<'_>, record: &StepRecord, lookup_first: bool) ->
     }
 }
 
+/// Does `record` say the step definitely did not apply? A `failed` record does, unless the API refused the call because
+/// it holds the key with another payload ([`KEY_REUSED_MARK`]): then the earlier request under the key may have
+/// applied ([`after_failure`] pauses for a person).
+pub fn definitely_not_applied(record: &StepRecord) -> bool {
+    record.status == Status::Failed && !record.error.as_deref().is_some_and(|e| e.starts_with(KEY_REUSED_MARK))
+}
+
 fn after_failure(input: &Input<'_>, record: &StepRecord) -> Decision {
     let error = record.error.as_deref().unwrap_or("");
     if error.starts_with(KEY_REUSED_MARK) {

@@ -1453,7 +1453,7 @@ impl Engine {
                         // build's mark-done does not say what it was made on: over a definite failure it is not
                         // applied either, since a success with nothing behind it is the harm a second decision avoids.
                         if let (Resolution::MarkDone { .. }, Some(r)) = (&resolution.resolution, &record)
-                            && r.status == Status::Failed
+                            && decide::definitely_not_applied(r)
                             && resolution.seen.is_none_or(|seen| seen.status != Status::Failed)
                         {
                             let error = r.error.as_deref().unwrap_or("no error recorded");

@@ -1,0 +1,119 @@
+//! A `[key-reused]` failure (the API holds the step's key with another payload) says an earlier request under the key
+//! may have applied, though the record is `failed`: a person's mark-done over it is applied, not refused as if the
+//! step definitely did not apply. (Found by QA, stop 50: the rule that re-pauses a mark-done over a definite failure
+//! took every `failed` record for one, and told the person "definitely not applied".)
+#![cfg(not(madsim))]
+
+mod common;
+
+use common::*;
+use engine::connector::Connector;
+use engine::event::CrashPoint;
+use engine::executor::record_resolution;
+use engine::ledger::{Completion, Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
+use serde_json::json;
+use std::sync::Arc;
+
+fn reason_of(ledger: &dyn Ledger, run_id: &str) -> String {
+    ledger.get_run(run_id).unwrap().unwrap().reason.unwrap_or_default()
+}
+
+/// An at-most-once step whose call the API answers "this key is held with another payload" (`[key-reused]`): the
+/// record is `failed`, and the run pauses for a person because the earlier request under the key may have applied. A
+/// person who knows it did marks the step done, the decision filed by an older build (no `seen`). It is applied: the
+/// step succeeds with the person's output. (Before: refused, "the step is recorded as definitely not applied".)
+#[tokio::test]
+async fn an_older_builds_mark_done_over_a_key_reused_pause_is_applied() {
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("api", vec![at_most_once("charge")], &[Fate::KeyReused]);
+        let e = engine(
+            config("w1"),
+            ledger.clone(),
+            Recorder::new(),
+            &[api.clone() as Arc<dyn Connector>],
+            &[],
+            &[one_step("wf", "api.charge")],
+        );
+        e.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
+        assert_eq!(e.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
+        let reason = reason_of(ledger.as_ref(), "r");
+        assert!(reason.contains("the key was reused with a different payload"), "{name}: {reason}");
+        let key = paused_key(&reason).expect("a key");
+        let record = ledger.get(&key).unwrap().unwrap();
+        assert_eq!(record.status, Status::Failed, "{name}");
+        let older = ResolutionRecord {
+            run_id: "r".into(),
+            key,
+            resolution: Resolution::MarkDone { output: json!({"id": "ch_1"}) },
+            by: "ann".into(),
+            at_ms: record.last_attempt_ms + 1,
+            seen: None,
+        };
+        ledger.record_resolution(&older, RunStatus::Running, None).unwrap();
+        let status = e.drive("r").await.unwrap();
+        let reason = reason_of(ledger.as_ref(), "r");
+        assert!(
+            !reason.contains("definitely not applied"),
+            "{name}: {status:?}: the record says the earlier request may have applied, the reason says: {reason}"
+        );
+        assert_eq!(status, RunStatus::Succeeded, "{name}: the mark-done applies: {reason}");
+        assert_eq!(ledger.get(&key).unwrap().unwrap().output.as_deref(), Some(&br#"{"id":"ch_1"}"#[..]), "{name}");
+    }
+}
+
+/// A person marks done an at-most-once attempt in doubt (`started`, its lease expired); the attempt's late answer is
+/// `[key-reused]`. The decision still applies: the answer says an earlier request under the key may have applied, not
+/// that the step did not. (Before: the run paused again, "says it definitely did not apply".)
+#[tokio::test]
+async fn a_mark_done_over_a_late_key_reused_answer_is_applied() {
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new("api", vec![at_most_once("charge")], &[]);
+        let connectors = [api.clone() as Arc<dyn Connector>];
+        let clock = Arc::new(engine::clock::RuntimeClock::new(1_000_000));
+        // A: claims, calls, and dies before recording (its lease is short).
+        let halting = Recorder::halting_at(CrashPoint::AfterCallBeforeRecord, 1);
+        let a = engine_on(
+            clock.clone(),
+            short_lease("wA"),
+            ledger.clone(),
+            halting.clone(),
+            &connectors,
+            &[],
+            &[one_step("wf", "api.charge")],
+        );
+        a.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
+        assert_eq!(drive_until_halt(&a, &halting, "r").await, None, "{name}: A halted");
+        // B waits A's lease out and pauses (at-most-once, may have applied).
+        let b = engine_on(
+            clock.clone(),
+            config("wB"),
+            ledger.clone(),
+            Recorder::new(),
+            &connectors,
+            &[],
+            &[one_step("wf", "api.charge")],
+        );
+        assert_eq!(b.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
+        let key = paused_key(&reason_of(ledger.as_ref(), "r")).unwrap();
+        assert_eq!(ledger.get(&key).unwrap().unwrap().status, Status::Started, "{name}");
+        record_resolution(
+            ledger.as_ref(),
+            "r",
+            &Resolution::MarkDone { output: json!({"id": "ch_1"}) },
+            "ann",
+            engine::clock::Clock::now_ms(clock.as_ref()),
+        )
+        .unwrap();
+        // A's late answer: the key is held with another payload.
+        let error = format!("{}idempotency_error", engine::decide::KEY_REUSED_MARK);
+        ledger.complete(&key, 1, Completion::Failed { error }, engine::clock::Clock::now_ms(clock.as_ref())).unwrap();
+        let status = b.drive("r").await.unwrap();
+        let reason = reason_of(ledger.as_ref(), "r");
+        assert!(
+            !reason.contains("definitely did not apply"),
+            "{name}: {status:?}: a key-reused answer says an earlier request may have applied; reason: {reason}"
+        );
+        assert_eq!(status, RunStatus::Succeeded, "{name}: the mark-done applies: {reason}");
+        assert_eq!(api.calls().len(), 1, "{name}: nothing sent again");
+    }
+}
