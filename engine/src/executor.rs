@@ -921,17 +921,16 @@ impl Engine {
                 canonical::canonicalize_bytes(&delivery.body).map_err(|e| webhook::Error::InvalidBody(e.to_string()))
             })
             .and_then(|trigger| {
+                let given = webhook::ObjectIds::given(source, delivery);
                 // The ids are checked against the body the signature covers. It canonicalised above, so it parses here
                 // with the same depth bound (serde_json's own stops a level short of it).
-                if let Some(body_ids) = &source.body_ids {
-                    let body = crate::doc::from_slice::<serde_json::Value>(&delivery.body)
-                        .map_err(|e| webhook::Error::InvalidBody(e.to_string()))?;
-                    webhook::check_body_ids(body_ids, delivery, &body)?;
-                }
-                Ok(trigger)
+                let Some(body_ids) = &source.body_ids else { return Ok((trigger, given)) };
+                let body = crate::doc::from_slice::<serde_json::Value>(&delivery.body)
+                    .map_err(|e| webhook::Error::InvalidBody(e.to_string()))?;
+                Ok((trigger, webhook::check_body_ids(body_ids, delivery, given, &body)?))
             });
-        let trigger = match checked {
-            Ok(trigger) => trigger,
+        let (trigger, ids) = match checked {
+            Ok(checked) => checked,
             Err(e) => {
                 // The refusal is the answer whatever happens to its record: a sender told of a ledger error would send
                 // it again (a 5xx), where the delivery itself is refused for good (a 4xx).
@@ -953,7 +952,7 @@ impl Engine {
         if self.halt(CrashPoint::DuringWebhookIntake, &run_id, &run_key) {
             return Err(webhook::Error::Halted);
         }
-        let dedup_key = webhook::dedup_key(source, delivery);
+        let dedup_key = webhook::dedup_key(source, &ids);
         let inbox = ledger::Delivery {
             source: &source.name,
             event_id: &delivery.event_id,

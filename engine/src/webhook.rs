@@ -16,7 +16,8 @@
 //! under other event ids, and start a run (and its payment) for each. A source's [`Source::body_ids`] names where in
 //! the body each id lives (JSON pointers; [`BodyIds::stripe`]), and the engine refuses a delivery whose ids are not
 //! the body's ([`Error::IdNotInBody`]), so an embedder that took them from elsewhere by mistake is caught rather than
-//! trusted. Without it the engine cannot tell. (Signing the ids apart, as Svix signs its message id, would refuse
+//! trusted; an object id or event type not given is then taken from the body ([`check_body_ids`]). Without it the
+//! engine cannot tell. (Signing the ids apart, as Svix signs its message id, would refuse
 //! every Stripe delivery: stop 49 tried it and went back.)
 //!
 //! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too, for as
@@ -234,40 +235,69 @@ pub fn check_ids(source: &Source, incoming: &Incoming) -> Result<(), Error> {
     Ok(())
 }
 
-/// Refuses a delivery whose ids are not those its body holds where `body_ids` say: each must be there, as a string
-/// (or a number, in its canonical spelling), equal to the delivery's. `body` is the delivery's body, parsed.
-pub fn check_body_ids(body_ids: &BodyIds, incoming: &Incoming, body: &serde_json::Value) -> Result<(), Error> {
-    let checks = [
-        ("event id", Some(&body_ids.event_id), Some(incoming.event_id.as_str())),
-        ("object id", body_ids.object_id.as_ref(), incoming.object_id.as_deref()),
-        ("event type", body_ids.event_type.as_ref(), incoming.event_type.as_deref()),
+/// A delivery's object id and event type as intake uses them (to deduplicate by object): those given, a blank one
+/// taken as none at a source that does not deduplicate by them ([`check_ids`]); where none is given and the source
+/// names where its body holds it ([`BodyIds`]), the body's ([`check_body_ids`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectIds<'a> {
+    pub object_id: Option<std::borrow::Cow<'a, str>>,
+    pub event_type: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> ObjectIds<'a> {
+    /// The ids `incoming` gives, as `source` uses them.
+    pub fn given(source: &Source, incoming: &'a Incoming) -> Self {
+        let used = |id: &'a Option<String>| {
+            id.as_deref().filter(|id| source.dedup_by_object || crate::ledger::names_someone(id)).map(Into::into)
+        };
+        Self { object_id: used(&incoming.object_id), event_type: used(&incoming.event_type) }
+    }
+}
+
+/// Refuses a delivery whose ids are not those its body holds where `body_ids` say, and returns the object id and
+/// event type intake uses (`given`, with the body's where none is given). The event id must be there; an object id or
+/// event type given must be there too; each as a string (or a number, in its canonical spelling) equal to the
+/// delivery's. One not given is taken from the body: nothing beside the body is trusted then. `body` is the
+/// delivery's body, parsed.
+pub fn check_body_ids<'a>(
+    body_ids: &BodyIds,
+    incoming: &'a Incoming,
+    given: ObjectIds<'a>,
+    body: &serde_json::Value,
+) -> Result<ObjectIds<'a>, Error> {
+    let ObjectIds { object_id, event_type } = given;
+    let mut checks = [
+        ("event id", Some(&body_ids.event_id), Some(std::borrow::Cow::Borrowed(incoming.event_id.as_str()))),
+        ("object id", body_ids.object_id.as_ref(), object_id),
+        ("event type", body_ids.event_type.as_ref(), event_type),
     ];
-    for (field, pointer, given) in checks {
+    for (field, pointer, given) in &mut checks {
         let Some(pointer) = pointer else { continue };
-        let refuse = |why: String| Error::IdNotInBody { field, pointer: pointer.to_owned(), why };
+        let field = *field;
+        let refuse = |why: String| Error::IdNotInBody { field, pointer: pointer.to_string(), why };
         let held = match body.pointer(pointer) {
             None => None,
-            Some(serde_json::Value::String(held)) => Some(std::borrow::Cow::Borrowed(held.as_str())),
+            Some(serde_json::Value::String(held)) => Some(held.clone()),
             Some(number @ serde_json::Value::Number(_)) => {
                 // The body canonicalised, so its numbers do; their text is ASCII.
                 let text = crate::canonical::to_vec(number).map_err(|e| refuse(format!("its number: {e}")))?;
-                Some(String::from_utf8_lossy(&text).into_owned().into())
+                Some(String::from_utf8_lossy(&text).into_owned())
             }
             Some(other) => return Err(refuse(format!("the body holds {} there, not an id", json_kind(other)))),
         };
-        match (given, held.as_deref()) {
+        match (given.as_deref(), held) {
             (Some(given), Some(held)) if given == held => {}
             (Some(given), Some(held)) => {
-                return Err(refuse(format!("{:?} given, {:?} in the body", shown(given), shown(held))));
+                return Err(refuse(format!("{:?} given, {:?} in the body", shown(given), shown(&held))));
             }
             (Some(given), None) => {
                 return Err(refuse(format!("{:?} given, and the body holds nothing there", shown(given))));
             }
-            (None, Some(held)) => return Err(refuse(format!("none given, {:?} in the body", shown(held)))),
-            (None, None) => {}
+            (None, held) => *given = held.map(Into::into),
         }
     }
-    Ok(())
+    let [_, (_, _, object_id), (_, _, event_type)] = checks;
+    Ok(ObjectIds { object_id, event_type })
 }
 
 /// An id as an error shows it: cut like a recorded event id ([`recorded_event_id`]).
@@ -320,12 +350,12 @@ pub fn run_id(source: &str, event_id: &str) -> String {
     out
 }
 
-/// The dedup key of a delivery, when the source dedups by object.
-pub fn dedup_key(source: &Source, incoming: &Incoming) -> Option<String> {
+/// The dedup key of a delivery with object id and event type `ids` ([`ObjectIds`]), when the source dedups by object.
+pub fn dedup_key(source: &Source, ids: &ObjectIds<'_>) -> Option<String> {
     if !source.dedup_by_object {
         return None;
     }
-    match (&incoming.object_id, &incoming.event_type) {
+    match (&ids.object_id, &ids.event_type) {
         (Some(object), Some(kind)) => Some(format!("{}/{object}/{kind}", object.len())),
         _ => None,
     }
