@@ -205,11 +205,12 @@ pub fn decide_for_action(input: &Input<'_>, action: &str) -> Decision {
             record.attempt_count, record.last_attempt_ms
         )),
         _ if input.person_retry => decide(input),
-        Status::Failed => Decision::Pause(evidence(
+        Status::Failed if definitely_not_applied(record) => Decision::Pause(evidence(
             record,
             &format!("{edited}, which did not apply; a person must decide whether to send the new one (retry)"),
         )),
-        Status::Unknown | Status::Started => Decision::Pause(evidence(
+        // A `[key-reused]` failure too: an earlier request under the key may have applied.
+        Status::Unknown | Status::Started | Status::Failed => Decision::Pause(evidence(
             record,
             &format!(
                 "{edited}, which may have applied; a person must decide (mark the step done, retry: send the new \

@@ -1569,10 +1569,10 @@ impl Engine {
                             attempt,
                             claim_ms,
                             lookup_first,
-                            earlier_maybe_applied: record
-                                .as_ref()
-                                .is_some_and(|r| matches!(r.status, Status::Unknown | Status::Started)),
-                            prior_definite: record.as_ref().is_none_or(|r| r.status == Status::Failed),
+                            // A `[key-reused]` failure is not definite: an earlier request under the key may have
+                            // applied (`decide::definitely_not_applied`).
+                            earlier_maybe_applied: record.as_ref().is_some_and(|r| !decide::definitely_not_applied(r)),
+                            prior_definite: record.as_ref().is_none_or(decide::definitely_not_applied),
                             prior_error: record.and_then(|r| r.error),
                         })
                     }

@@ -1,16 +1,19 @@
 //! A `[key-reused]` failure (the API holds the step's key with another payload) says an earlier request under the key
 //! may have applied, though the record is `failed`: a person's mark-done over it is applied, not refused as if the
 //! step definitely did not apply. (Found by QA, stop 50: the rule that re-pauses a mark-done over a definite failure
-//! took every `failed` record for one, and told the person "definitely not applied".)
+//! took every `failed` record for one, and told the person "definitely not applied"; a person's retry after it, and an
+//! edited action over it, took it for one too.)
 #![cfg(not(madsim))]
 
 mod common;
 
 use common::*;
-use engine::connector::Connector;
+use engine::connector::{ActionSpec, Connector, GuaranteeClass};
+use engine::decide::{self, Decision, Input, KEY_REUSED_MARK, Policy, RetryPolicy};
 use engine::event::CrashPoint;
 use engine::executor::record_resolution;
-use engine::ledger::{Completion, Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
+use engine::key::Key;
+use engine::ledger::{Completion, Ledger, Resolution, ResolutionRecord, RunStatus, Status, StepRecord, paused_key};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -116,4 +119,95 @@ async fn a_mark_done_over_a_late_key_reused_answer_is_applied() {
         assert_eq!(status, RunStatus::Succeeded, "{name}: the mark-done applies: {reason}");
         assert_eq!(api.calls().len(), 1, "{name}: nothing sent again");
     }
+}
+
+/// A keyed step: the API answers `[key-reused]` (it holds the key with another payload: the earlier request under the
+/// key may have applied), and the run pauses for a person. The person retries; the retry is refused for good (a 400).
+/// A failed record now would say every attempt under the key definitely did not apply, which the key-reused answer
+/// contradicts (an `unknown` record followed by the same retry and refusal pauses: "(an earlier attempt under this key
+/// may have applied)"). The run must not fail carrying a possible effect (I3; a failed run may be replayed with an
+/// edited trigger, sending the step again under a new key). (Found by QA, stop 50: the retry's refusal was recorded
+/// `failed`, and the run failed, "the call was refused and cannot be retried".)
+#[tokio::test]
+async fn a_refused_retry_after_a_key_reused_pause_pauses_the_run() {
+    for (name, ledger) in ledgers() {
+        let api = Scripted::new(
+            "api",
+            vec![keyed("charge", 24 * 3600 * 1000, false)],
+            &[Fate::KeyReused, Fate::FailPermanent],
+        );
+        let e = engine(
+            config("w1"),
+            ledger.clone(),
+            Recorder::new(),
+            &[api.clone() as Arc<dyn Connector>],
+            &[],
+            &[one_step("wf", "api.charge")],
+        );
+        e.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
+        assert_eq!(e.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
+        let reason = reason_of(ledger.as_ref(), "r");
+        assert!(reason.contains("the key was reused with a different payload"), "{name}: {reason}");
+        let key = paused_key(&reason).unwrap();
+        let status = e.resolve("r", Resolution::Retry, "ann").await.unwrap();
+        let reason = reason_of(ledger.as_ref(), "r");
+        let record = ledger.get(&key).unwrap().unwrap();
+        assert_eq!(api.calls().len(), 2, "{name}: the person's retry sent once");
+        assert_eq!(
+            status,
+            RunStatus::Paused,
+            "{name}: the API said an earlier request under the key may have applied, so the run must not fail: {reason}"
+        );
+        assert!(
+            !decide::definitely_not_applied(&record),
+            "{name}: the key is recorded as definitely not applied after a key-reused answer: {:?} {:?}",
+            record.status,
+            record.error
+        );
+    }
+}
+
+/// The same at a step whose action was edited: `decide_for_action` over a `[key-reused]` failed record says the old
+/// action "may have applied" and offers every decision. (Found by QA, stop 50: it said "did not apply", and asked only
+/// whether to send the new one.)
+#[test]
+fn an_edited_action_over_a_key_reused_failure_may_have_applied() {
+    let key = Key([7; 32]);
+    let record = StepRecord {
+        key,
+        run_id: "r".into(),
+        step_id: "s".into(),
+        action: "c.old".into(),
+        inputs_hash: [0; 32],
+        attempt_count: 1,
+        status: Status::Failed,
+        owner: "w".into(),
+        lease_expiry_ms: 1_000,
+        fence: 1,
+        last_attempt_ms: 500,
+        output: None,
+        error: Some(format!("{KEY_REUSED_MARK}idempotency_error")),
+    };
+    assert!(!decide::definitely_not_applied(&record));
+    let spec = ActionSpec {
+        name: "new".into(),
+        class: GuaranteeClass::Keyed { retention_ms: 1_000_000 },
+        has_lookup: false,
+        lookup_lag_bound_ms: 0,
+    };
+    let retry = RetryPolicy::default();
+    let input = Input {
+        spec: &spec,
+        policy: Policy::Rules,
+        retry: &retry,
+        seed: 1,
+        key: &key,
+        record: Some(&record),
+        last: None,
+        first_attempt_ms: Some(500),
+        now_ms: 10_000,
+        person_retry: false,
+    };
+    let Decision::Pause(reason) = decide::decide_for_action(&input, "c.new") else { panic!("a pause") };
+    assert!(reason.contains("recorded as action c.old, which may have applied"), "{reason}");
 }
