@@ -257,8 +257,9 @@ impl<'a> ObjectIds<'a> {
 /// Refuses a delivery whose ids are not those its body holds where `body_ids` say, and returns the object id and
 /// event type intake uses (`given`, with the body's where none is given). The event id must be there; an object id or
 /// event type given must be there too; each as a string (or a number, in its canonical spelling) equal to the
-/// delivery's. One not given is taken from the body: nothing beside the body is trusted then. `body` is the
-/// delivery's body, parsed.
+/// delivery's. One not given is taken from the body: nothing beside the body is trusted then. `null`, or nothing, at
+/// a pointer is no id, and so is a blank string taken from the body (an event not deduplicated by object, where the
+/// source does that: a blank id cannot tell one object from another). `body` is the delivery's body, parsed.
 pub fn check_body_ids<'a>(
     body_ids: &BodyIds,
     incoming: &'a Incoming,
@@ -276,7 +277,7 @@ pub fn check_body_ids<'a>(
         let field = *field;
         let refuse = |why: String| Error::IdNotInBody { field, pointer: pointer.to_string(), why };
         let held = match body.pointer(pointer) {
-            None => None,
+            None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(held)) => Some(held.clone()),
             Some(number @ serde_json::Value::Number(_)) => {
                 // The body canonicalised, so its numbers do; their text is ASCII.
@@ -293,7 +294,8 @@ pub fn check_body_ids<'a>(
             (Some(given), None) => {
                 return Err(refuse(format!("{:?} given, and the body holds nothing there", shown(given))));
             }
-            (None, held) => *given = held.map(Into::into),
+            // A blank id names nothing (as [`check_ids`] says of one given): none.
+            (None, held) => *given = held.filter(|held| crate::ledger::names_someone(held)).map(Into::into),
         }
     }
     let [_, (_, _, object_id), (_, _, event_type)] = checks;

@@ -11,6 +11,7 @@ use engine::clock::{Clock, RuntimeClock};
 use engine::event::CrashPoint;
 use engine::ledger::{Intake, Ledger, RunStatus};
 use engine::webhook::{self, BodyIds, Error, Incoming, Source};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 const SECRET: &[u8] = b"whsec_test";
@@ -548,4 +549,36 @@ fn object_ids_not_given_are_the_bodys() {
     let other = delivery("evt_5", &enveloped("evt_5", "cus_5"), now_ms, Some("cus_6"));
     assert!(matches!(engine.intake_webhook(&stripe(), &other), Err(Error::IdNotInBody { field: "object id", .. })));
     assert_eq!(recorder.count("webhook-rejected "), 1, "{:?}", recorder.lines());
+}
+
+/// At a source that deduplicates by object, an object id not given is taken from the body, but a blank one there names
+/// no object: the event is not deduplicated by object, rather than taken for a duplicate of every other event whose
+/// body holds a blank id. `null` at the pointer is no id either, and a delivery that gives none is taken. (Found by QA,
+/// stop 50: a second blank was dropped as a duplicate of the first, and `null` was refused, "the body holds null
+/// there, not an id", though nothing was given.)
+#[test]
+fn a_blank_or_null_id_in_the_body_is_no_id() {
+    let (engine, recorder) = charging_engine();
+    let now_ms = RuntimeClock::new(1_000_000).now_ms();
+    let with_object = |event_id: &str, object_id: Value| {
+        let data = json!({"object": {"id": object_id}});
+        let body =
+            json!({"id": event_id, "type": "customer.updated", "data": data, "email": "a@example.com", "amount": 5});
+        Incoming { event_type: None, ..delivery(event_id, &body.to_string(), now_ms, None) }
+    };
+    let dedup = Source { dedup_by_object: true, ..stripe() };
+    for (event_id, object_id) in
+        [("evt_1", json!("")), ("evt_2", json!(" ")), ("evt_3", json!("")), ("evt_4", Value::Null)]
+    {
+        let got = engine.intake_webhook(&dedup, &with_object(event_id, object_id.clone()));
+        assert!(matches!(got, Ok(Intake::Started { .. })), "{object_id} in the body: {got:?}");
+    }
+    assert!(matches!(engine.intake_webhook(&stripe(), &with_object("evt_5", Value::Null)), Ok(Intake::Started { .. })));
+    // A blank given at such a source is still refused, and an id given over a `null` is not the body's.
+    let given_blank = delivery("evt_6", &enveloped("evt_6", ""), now_ms, Some(""));
+    assert!(matches!(engine.intake_webhook(&dedup, &given_blank), Err(Error::InvalidId { .. })));
+    let over_null = Incoming { object_id: Some("cus_7".into()), ..with_object("evt_7", Value::Null) };
+    let refused = engine.intake_webhook(&stripe(), &over_null).unwrap_err();
+    assert!(refused.to_string().contains("\"cus_7\" given, and the body holds nothing there"), "{refused}");
+    assert_eq!(recorder.count("webhook-rejected "), 2);
 }
