@@ -21,6 +21,30 @@ fn reason_of(ledger: &dyn Ledger, run_id: &str) -> String {
     ledger.get_run(run_id).unwrap().unwrap().reason.unwrap_or_default()
 }
 
+/// Drives run `r` of a one-step workflow on `ledger` until it pauses at the API's `[key-reused]` answer (`fates` the
+/// API's answers, the first `KeyReused`): the engine, the API and the key the run paused at.
+async fn paused_at_key_reused(
+    name: &str,
+    ledger: &Arc<dyn Ledger>,
+    spec: engine::connector::ActionSpec,
+    fates: &[Fate],
+) -> (engine::executor::Engine, Arc<Scripted>, Key) {
+    let api = Scripted::new("api", vec![spec], fates);
+    let e = engine(
+        config("w1"),
+        ledger.clone(),
+        Recorder::new(),
+        &[api.clone() as Arc<dyn Connector>],
+        &[],
+        &[one_step("wf", "api.charge")],
+    );
+    e.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
+    assert_eq!(e.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
+    let reason = reason_of(ledger.as_ref(), "r");
+    assert!(reason.contains("the key was reused with a different payload"), "{name}: {reason}");
+    (e, api, paused_key(&reason).expect("a key"))
+}
+
 /// An at-most-once step whose call the API answers "this key is held with another payload" (`[key-reused]`): the
 /// record is `failed`, and the run pauses for a person because the earlier request under the key may have applied. A
 /// person who knows it did marks the step done, the decision filed by an older build (no `seen`). It is applied: the
@@ -28,20 +52,7 @@ fn reason_of(ledger: &dyn Ledger, run_id: &str) -> String {
 #[tokio::test]
 async fn an_older_builds_mark_done_over_a_key_reused_pause_is_applied() {
     for (name, ledger) in ledgers() {
-        let api = Scripted::new("api", vec![at_most_once("charge")], &[Fate::KeyReused]);
-        let e = engine(
-            config("w1"),
-            ledger.clone(),
-            Recorder::new(),
-            &[api.clone() as Arc<dyn Connector>],
-            &[],
-            &[one_step("wf", "api.charge")],
-        );
-        e.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
-        assert_eq!(e.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
-        let reason = reason_of(ledger.as_ref(), "r");
-        assert!(reason.contains("the key was reused with a different payload"), "{name}: {reason}");
-        let key = paused_key(&reason).expect("a key");
+        let (e, _, key) = paused_at_key_reused(name, &ledger, at_most_once("charge"), &[Fate::KeyReused]).await;
         let record = ledger.get(&key).unwrap().unwrap();
         assert_eq!(record.status, Status::Failed, "{name}");
         let older = ResolutionRecord {
@@ -131,24 +142,8 @@ async fn a_mark_done_over_a_late_key_reused_answer_is_applied() {
 #[tokio::test]
 async fn a_refused_retry_after_a_key_reused_pause_pauses_the_run() {
     for (name, ledger) in ledgers() {
-        let api = Scripted::new(
-            "api",
-            vec![keyed("charge", 24 * 3600 * 1000, false)],
-            &[Fate::KeyReused, Fate::FailPermanent],
-        );
-        let e = engine(
-            config("w1"),
-            ledger.clone(),
-            Recorder::new(),
-            &[api.clone() as Arc<dyn Connector>],
-            &[],
-            &[one_step("wf", "api.charge")],
-        );
-        e.create_run("wf", "r", &engine::doc!({"email": "a@example.com", "amount": 5})).unwrap();
-        assert_eq!(e.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
-        let reason = reason_of(ledger.as_ref(), "r");
-        assert!(reason.contains("the key was reused with a different payload"), "{name}: {reason}");
-        let key = paused_key(&reason).unwrap();
+        let keyed = keyed("charge", 24 * 3600 * 1000, false);
+        let (e, api, key) = paused_at_key_reused(name, &ledger, keyed, &[Fate::KeyReused, Fate::FailPermanent]).await;
         let status = e.resolve("r", Resolution::Retry, "ann").await.unwrap();
         let reason = reason_of(ledger.as_ref(), "r");
         let record = ledger.get(&key).unwrap().unwrap();

@@ -345,13 +345,19 @@ fn on_file(
     (ledger, engine, recorder)
 }
 
-/// An engine whose one workflow, `wf`, charges once per run; and its recorder.
-fn charging_engine() -> (engine::executor::Engine, Arc<Recorder>) {
+/// An engine whose one workflow, `wf`, charges once per run; its recorder and its connector.
+fn charging_engine() -> (engine::executor::Engine, Arc<Recorder>, Arc<Scripted>) {
     let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
     let recorder = Recorder::new();
-    let engine =
-        engine(config("w1"), memory_ledger(), recorder.clone(), &[connector], &[], &[one_step("wf", "api.charge")]);
-    (engine, recorder)
+    let engine = engine(
+        config("w1"),
+        memory_ledger(),
+        recorder.clone(),
+        &[connector.clone()],
+        &[],
+        &[one_step("wf", "api.charge")],
+    );
+    (engine, recorder, connector)
 }
 
 /// The test source, checking its bodies' ids where Stripe's envelope holds them.
@@ -371,17 +377,7 @@ fn enveloped(event_id: &str, object_id: &str) -> String {
 /// event ids, started a run (and a payment) for each (QA, stop 49); with the body's ids checked it starts one run.
 #[tokio::test]
 async fn a_source_naming_its_body_ids_refuses_ids_its_body_does_not_hold() {
-    let connector = Scripted::new("api", vec![keyed("charge", 60_000, false)], &[]);
-    let ledger = memory_ledger();
-    let recorder = Recorder::new();
-    let engine = engine(
-        config("w1"),
-        ledger.clone(),
-        recorder.clone(),
-        &[connector.clone()],
-        &[],
-        &[one_step("wf", "api.charge")],
-    );
+    let (engine, recorder, connector) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let stripe = Source { body_ids: Some(webhook::BodyIds::stripe()), ..source(false) };
     let genuine = delivery("evt_1", &enveloped("evt_1", "cus_1"), now_ms, Some("cus_1"));
@@ -443,7 +439,7 @@ async fn a_source_naming_its_body_ids_refuses_ids_its_body_does_not_hold() {
 /// reads (128 levels; serde_json's own parser stops at 127). (Found by QA, stop 50: refused as not JSON.)
 #[test]
 fn body_ids_are_read_from_a_body_nested_as_deep_as_a_trigger_may_be() {
-    let (engine, _) = charging_engine();
+    let (engine, _, _) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let deep = |event_id: &str| {
         let nested = format!("{}{}", "[".repeat(127), "]".repeat(127));
@@ -463,7 +459,7 @@ fn body_ids_are_read_from_a_body_nested_as_deep_as_a_trigger_may_be() {
 /// not written in plain digits was refused as "not an integer".)
 #[test]
 fn a_number_in_the_body_is_an_id_in_its_canonical_spelling_only() {
-    let (engine, _) = charging_engine();
+    let (engine, _, _) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let at_n = Source {
         body_ids: Some(BodyIds { event_id: "/n".into(), object_id: None, event_type: None }),
@@ -493,7 +489,7 @@ fn a_number_in_the_body_is_an_id_in_its_canonical_spelling_only() {
 /// and recorded.) `~0` and `~1` escapes, and the empty pointer (the whole body), work.
 #[test]
 fn a_pointer_with_a_bad_escape_is_the_sources_error() {
-    let (engine, recorder) = charging_engine();
+    let (engine, recorder, _) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let at = |pointer: &str| Source {
         body_ids: Some(BodyIds { event_id: pointer.into(), object_id: None, event_type: None }),
@@ -526,7 +522,7 @@ fn a_pointer_with_a_bad_escape_is_the_sources_error() {
 /// were refused, "none given" and `"" given, "cus_1" in the body`, and the genuine event lost.)
 #[test]
 fn object_ids_not_given_are_the_bodys() {
-    let (engine, recorder) = charging_engine();
+    let (engine, recorder, _) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let given_none = |event_id: &str, object_id: &str| Incoming {
         event_type: None,
@@ -558,7 +554,7 @@ fn object_ids_not_given_are_the_bodys() {
 /// there, not an id", though nothing was given.)
 #[test]
 fn a_blank_or_null_id_in_the_body_is_no_id() {
-    let (engine, recorder) = charging_engine();
+    let (engine, recorder, _) = charging_engine();
     let now_ms = RuntimeClock::new(1_000_000).now_ms();
     let with_object = |event_id: &str, object_id: Value| {
         let data = json!({"object": {"id": object_id}});
