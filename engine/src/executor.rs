@@ -1340,6 +1340,12 @@ impl Engine {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let spec = &bound.spec;
         let keyed_rules = self.config.policy == Policy::Rules && matches!(spec.class, GuaranteeClass::Keyed { .. });
+        // Does a record say every attempt under the key definitely did not apply? (For the attempt about to be made:
+        // `Attempting::earlier_maybe_applied`, `prior_definite`.)
+        let naive = self.config.policy == Policy::Naive;
+        let definite = |r: &ledger::StepRecord| {
+            if naive { r.status == Status::Failed } else { decide::definitely_not_applied(r) }
+        };
         let durable = !matches!(spec.class, GuaranteeClass::Keyed { .. });
         let mut last: Option<LastCall> = None;
         let mut person_retry = false;
@@ -1570,9 +1576,10 @@ impl Engine {
                             claim_ms,
                             lookup_first,
                             // A `[key-reused]` failure is not definite: an earlier request under the key may have
-                            // applied (`decide::definitely_not_applied`).
-                            earlier_maybe_applied: record.as_ref().is_some_and(|r| !decide::definitely_not_applied(r)),
-                            prior_definite: record.as_ref().is_none_or(decide::definitely_not_applied),
+                            // applied (`decide::definitely_not_applied`). The naive baseline takes every failure for
+                            // definite, as it always did.
+                            earlier_maybe_applied: record.as_ref().is_some_and(|r| !definite(r)),
+                            prior_definite: record.as_ref().is_none_or(definite),
                             prior_error: record.and_then(|r| r.error),
                         })
                     }

@@ -58,8 +58,9 @@ pub struct Source {
 /// Where a source's bodies hold each delivery's ids, as JSON pointers (RFC 6901: `""` is the whole document, `/a/0`
 /// is member `a`'s first element, `~1` and `~0` spell `/` and `~` in a name). The value there must be a string (or a
 /// number, compared as its RFC 8785 text: plain digits for an integer below 10^21, so `1e2` and `100.0` are `100`)
-/// equal to the delivery's id. A pointer left `None` is not checked. A number has that one spelling only: were
-/// several accepted (`100`, `100.0`), one signed body could start a run under each.
+/// equal to the delivery's id. A pointer left `None` is not checked. A number has that one spelling only: were several
+/// accepted (`100`, `100.0`), one signed body could start a run under each. `null` or nothing at a pointer is no id,
+/// and so is a blank string where no id is given ([`check_body_ids`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyIds {
     pub event_id: String,

@@ -206,3 +206,43 @@ fn an_edited_action_over_a_key_reused_failure_may_have_applied() {
     let Decision::Pause(reason) = decide::decide_for_action(&input, "c.new") else { panic!("a pause") };
     assert!(reason.contains("recorded as action c.old, which may have applied"), "{reason}");
 }
+
+/// The naive baseline keeps its behaviour. A step's old action was answered `[key-reused]`, and naive failed the run.
+/// The workflow is edited to give the step another action (same id and inputs, so the same key); a replay pauses at
+/// the key, a person retries, and the API refuses the new action for good (a 400): one call for the person's one retry,
+/// and the run fails. (Found by QA, stop 50: with the Rules' judgement of a `[key-reused]` record, the 400 was recorded
+/// `unknown`, and naive, which resends whatever is unknown, sent the refund twice more on no one's decision.)
+#[tokio::test]
+async fn naive_a_refused_retry_after_an_edited_key_reused_step_is_not_resent() {
+    for (name, ledger) in ledgers() {
+        let step = |action: &str| {
+            json!({"name": "wf", "steps": [
+                {"id": "only", "action": action, "inputs": {"email": "{{trigger.email}}"}}
+            ]})
+        };
+        let trigger = engine::doc!({"email": "a@example.com"});
+        let api = Scripted::new(
+            "api",
+            vec![keyed("charge", 24 * 3600 * 1000, false), keyed("refund", 24 * 3600 * 1000, false)],
+            &[Fate::KeyReused, Fate::FailPermanent],
+        );
+        let mut naive = config("w1");
+        naive.policy = Policy::Naive;
+        let connectors = [api.clone() as Arc<dyn Connector>];
+        let old = engine(naive.clone(), ledger.clone(), Recorder::new(), &connectors, &[], &[step("api.charge")]);
+        assert_eq!(old.start_run("wf", "r", &trigger).await.unwrap(), RunStatus::Failed, "{name}: naive fails");
+        let edited = engine(naive, ledger.clone(), Recorder::new(), &connectors, &[], &[step("api.refund")]);
+        assert_eq!(edited.replay("r", &trigger).await.unwrap(), RunStatus::Paused, "{name}: edited action pauses");
+        let status = edited.resolve("r", Resolution::Retry, "ann").await.unwrap();
+        let calls = api.calls();
+        let reason = ledger.get_run("r").unwrap().unwrap().reason.unwrap_or_default();
+        assert_eq!(
+            calls.len(),
+            2,
+            "{name}: the person's one retry was refused for good (400); naive sent the refund again without a \
+             decision: {:?} (status {status:?}, reason {reason})",
+            calls.iter().map(|c| (c.action.as_str(), c.attempt)).collect::<Vec<_>>()
+        );
+        assert_eq!(status, RunStatus::Failed, "{name}: naive fails a step refused for good: {reason}");
+    }
+}
