@@ -219,6 +219,20 @@ impl Staged {
         tokio::time::timeout(Duration::from_secs(10), a).await.expect("A's drive ends").expect("joined")
     }
 
+    /// Files ann's `resolution` about the paused key now, as a build before schema version 5 did: not saying what it
+    /// was made on (`seen: None`).
+    fn file_as_an_older_build(&self, resolution: Resolution) {
+        let older = ResolutionRecord {
+            run_id: "r".into(),
+            key: self.key,
+            resolution,
+            by: "ann".into(),
+            at_ms: self.clock.now_ms(),
+            seen: None,
+        };
+        self.ledger.record_resolution(&older, RunStatus::Running, None).unwrap();
+    }
+
     fn record(&self) -> engine::ledger::StepRecord {
         self.ledger.get(&self.key).unwrap().expect("the paused key's record")
     }
@@ -436,15 +450,7 @@ async fn a_mark_done_filed_before_a_late_definite_failure_pauses_the_run_again()
 async fn an_older_builds_mark_done_is_not_applied_over_a_definite_failure() {
     for (name, ledger) in ledgers() {
         let mut s = stage(name, ledger, Why::AtMostOnce).await;
-        let older = |at_ms| ResolutionRecord {
-            run_id: "r".into(),
-            key: s.key,
-            resolution: person_y(),
-            by: "ann".into(),
-            at_ms,
-            seen: None,
-        };
-        s.ledger.record_resolution(&older(s.clock.now_ms()), RunStatus::Running, None).unwrap();
+        s.file_as_an_older_build(person_y());
         s.ledger.complete(&s.key, 1, Completion::Failed { error: "503 unavailable".into() }, s.clock.now_ms()).unwrap();
         let c = s.engine("wC", Recorder::new());
         assert_eq!(c.drive("r").await.unwrap(), RunStatus::Paused, "{name}");
@@ -462,15 +468,7 @@ async fn an_older_builds_mark_done_is_not_applied_over_a_definite_failure() {
     }
     for (name, ledger) in ledgers() {
         let mut s = stage(name, ledger, Why::AtMostOnce).await;
-        let older = ResolutionRecord {
-            run_id: "r".into(),
-            key: s.key,
-            resolution: person_y(),
-            by: "ann".into(),
-            at_ms: s.clock.now_ms(),
-            seen: None,
-        };
-        s.ledger.record_resolution(&older, RunStatus::Running, None).unwrap();
+        s.file_as_an_older_build(person_y());
         let c = s.engine("wC", Recorder::new());
         assert_eq!(c.drive("r").await.unwrap(), RunStatus::Succeeded, "{name}: the key in doubt takes the decision");
         assert_eq!(s.notified(), [json!("person-Y")], "{name}");
