@@ -17,8 +17,8 @@
 //! the body each id lives (JSON pointers; [`BodyIds::stripe`]), and the engine refuses a delivery whose ids are not
 //! the body's ([`Error::IdNotInBody`]), so an embedder that took them from elsewhere by mistake is caught rather than
 //! trusted; an object id or event type not given is then taken from the body ([`check_body_ids`]). Without it the
-//! engine cannot tell. (Signing the ids apart, as Svix signs its message id, would refuse
-//! every Stripe delivery: stop 49 tried it and went back.)
+//! engine cannot tell. (Signing the ids apart, as Svix signs its message id, would refuse every Stripe delivery:
+//! stop 49 tried it and went back.)
 //!
 //! With `dedup_by_object`, a second distinct event for the same (object id, event type) is a duplicate too, for as
 //! long as the inbox keeps the first (some senders emit two events for one change, with their own ids and envelopes).
