@@ -924,10 +924,12 @@ impl Engine {
                 let given = webhook::ObjectIds::given(source, delivery);
                 // The ids are checked against the body the signature covers. It canonicalised above, so it parses here
                 // with the same depth bound (serde_json's own stops a level short of it).
-                let Some(body_ids) = &source.body_ids else { return Ok((trigger, given)) };
+                if source.body_ids.is_none() {
+                    return Ok((trigger, given));
+                }
                 let body = crate::doc::from_slice::<serde_json::Value>(&delivery.body)
                     .map_err(|e| webhook::Error::InvalidBody(e.to_string()))?;
-                Ok((trigger, webhook::check_body_ids(body_ids, delivery, given, &body)?))
+                Ok((trigger, webhook::check_body_ids(source, delivery, given, &body)?))
             });
         let (trigger, ids) = match checked {
             Ok(checked) => checked,

@@ -260,13 +260,16 @@ impl<'a> ObjectIds<'a> {
 /// event type given must be there too; each as a string (or a number, in its canonical spelling) equal to the
 /// delivery's. One not given is taken from the body: nothing beside the body is trusted then. `null`, or nothing, at
 /// a pointer is no id, and so is a blank string taken from the body (an event not deduplicated by object, where the
-/// source does that: a blank id cannot tell one object from another). `body` is the delivery's body, parsed.
+/// source does that: a blank id cannot tell one object from another). One taken from the body is held to
+/// [`ID_LEN_MAX`] as one given is ([`check_ids`]), where the source uses it (`dedup_by_object`). `body` is the
+/// delivery's body, parsed. A source without body ids takes `given` as it is.
 pub fn check_body_ids<'a>(
-    body_ids: &BodyIds,
+    source: &Source,
     incoming: &'a Incoming,
     given: ObjectIds<'a>,
     body: &serde_json::Value,
 ) -> Result<ObjectIds<'a>, Error> {
+    let Some(body_ids) = &source.body_ids else { return Ok(given) };
     let ObjectIds { object_id, event_type } = given;
     let mut checks = [
         ("event id", Some(&body_ids.event_id), Some(std::borrow::Cow::Borrowed(incoming.event_id.as_str()))),
@@ -296,7 +299,14 @@ pub fn check_body_ids<'a>(
                 return Err(refuse(format!("{:?} given, and the body holds nothing there", shown(given))));
             }
             // A blank id names nothing (as [`check_ids`] says of one given): none.
-            (None, held) => *given = held.filter(|held| crate::ledger::names_someone(held)).map(Into::into),
+            (None, held) => {
+                let held = held.filter(|held| crate::ledger::names_someone(held));
+                if let Some(held) = held.as_ref().filter(|held| source.dedup_by_object && held.len() > ID_LEN_MAX) {
+                    let why = format!("is {} bytes long, longer than {ID_LEN_MAX}", held.len());
+                    return Err(Error::InvalidId { field, why: format!("taken from the body at {pointer:?} {why}") });
+                }
+                *given = held.map(Into::into);
+            }
         }
     }
     let [_, (_, _, object_id), (_, _, event_type)] = checks;
