@@ -1498,15 +1498,14 @@ impl Engine {
                             Resolution::Retry | Resolution::Abort => None,
                         };
                         resolution_used = true;
-                        // Reported as applied where it takes effect: a mark-done once its success is recorded (a
-                        // claim that conflicts leaves it to be judged again on the record as it then is).
+                        // Reported as applied where it takes effect: an abort here, a retry once its claim is
+                        // granted, a mark-done once its success is recorded (a claim that conflicts leaves either to
+                        // be judged again on the record as it then is: a late success is replayed, unreported).
                         let resolved =
                             Event::RunResolved { run_id, key: &key, resolution: resolution.resolution.name() };
-                        if !matches!(resolution.resolution, Resolution::MarkDone { .. }) {
-                            self.observer.event(&resolved);
-                        }
                         match resolution.resolution {
                             Resolution::Abort => {
+                                self.observer.event(&resolved);
                                 return Ok(End::Failed { reason: format!("aborted by {}", resolution.by) });
                             }
                             Resolution::Retry => {
@@ -1568,6 +1567,13 @@ impl Engine {
                             Claimed::Conflict(_) => continue,
                             Claimed::Superseded => return Ok(End::Superseded),
                         };
+                        if person_retry {
+                            self.observer.event(&Event::RunResolved {
+                                run_id,
+                                key: &key,
+                                resolution: Resolution::Retry.name(),
+                            });
+                        }
                         person_retry = false;
                         // Did an earlier attempt under this key maybe apply? Then a definite failure now does not make
                         // the step definitely failed: "failed" needs every attempt to have definitely not applied. A

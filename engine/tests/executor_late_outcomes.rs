@@ -725,6 +725,31 @@ async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run
     let _ = s.late_answer(Answer::Fail).await;
 }
 
+/// ann decides retry while the at-most-once payout's attempt is in doubt (`started`, its lease expired). The attempt's
+/// answer, applied, lands between the drive's read of the key and the retry's claim. The claim conflicts; the drive
+/// reads the key again and replays the success: nothing is sent again, the later step sees A's output, and the retry,
+/// which was never sent, is not reported as applied. (Left open in stop 50: `resolved retry` was reported before the
+/// retry's claim.)
+#[tokio::test]
+async fn a_late_success_between_the_read_and_the_retrys_claim_is_replayed_and_the_retry_not_reported() {
+    let inner = memory_ledger();
+    let hooked = Hooked::new(inner.clone());
+    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
+    record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
+    let key = s.key;
+    Hooked::on(&hooked.before_resolutions, move |l| {
+        l.complete(&key, 1, Completion::Succeeded { output: LATE_X.as_bytes().to_vec() }, 0).unwrap();
+    });
+    let recorder = Recorder::new();
+    let c = s.engine("wC", recorder.clone());
+    let status = c.drive("r").await.unwrap();
+    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the success landed in between");
+    assert_eq!((status, s.bank.calls()), (RunStatus::Succeeded, 1), "{:?}", recorder.lines());
+    assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
+    assert_eq!(s.notified(), [json!("late-X")]);
+    let _ = s.late_answer(Answer::Fail).await;
+}
+
 /// Two drives of the run take ann's retry at once (`resolve` drives it while a worker resumes
 /// it). C's claim wins; D's loses and D keeps its `person_retry` flag, then waits on C's lease. C's retry times out
 /// (unknown) and C pauses the run, its pause's commit slow. D's lease wait now looks within ~100 ms of C's attempt
