@@ -1628,7 +1628,7 @@ impl Engine {
             };
             if lookup_first && spec.has_lookup {
                 earlier_maybe_applied = false;
-                match self.lookup(job, attempt, fence, prior_definite, prior_error).await? {
+                match self.lookup(job, attempt, fence, prior_definite, prior_error.as_deref()).await? {
                     Looked::Ended(end) => return Ok(end),
                     Looked::Go => {}
                     // A failed lookup's retry-after is waited out from the lookup's end, as a call's is from the
@@ -1715,8 +1715,19 @@ impl Engine {
                 }
             };
             let completion = match completion {
+                // Where the API had said it holds the key with another payload, that answer is why, and a person
+                // deciding needs it: kept, once, however many refusals follow.
                 Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
-                    reason: format!("{error} (an earlier attempt under this key may have applied)"),
+                    reason: match prior_error
+                        .as_deref()
+                        .and_then(|e| e.find(decide::KEY_REUSED_MARK).map(|at| &e[at..]))
+                    {
+                        Some(key_reused) => format!(
+                            "{error}; an earlier attempt under this key may have applied, as the API had answered: \
+                             {key_reused}"
+                        ),
+                        None => format!("{error} (an earlier attempt under this key may have applied)"),
+                    },
                 },
                 other => other,
             };
@@ -1780,7 +1791,7 @@ impl Engine {
         attempt: u32,
         fence: u64,
         prior_definite: bool,
-        prior_error: Option<String>,
+        prior_error: Option<&str>,
     ) -> Result<Looked, Error> {
         let KeyJob { run_id, step_id, key, bound, inputs, .. } = *job;
         let request = Request { action: &bound.spec.name, inputs, key: &key, run_id, attempt };
@@ -1817,7 +1828,7 @@ impl Engine {
                     Completion::Failed { error: format!("{mark}lookup failed, nothing sent: {e}") }
                 } else {
                     // Nothing can be concluded about the earlier write, whatever the search's failure: unknown.
-                    let earlier = prior_error.as_deref().unwrap_or("an earlier attempt may have applied");
+                    let earlier = prior_error.unwrap_or("an earlier attempt may have applied");
                     Completion::Unknown { reason: format!("{mark}{earlier}; lookup failed: {e}") }
                 };
                 self.complete_or_lost(&key, fence, completion, now_ms)?;

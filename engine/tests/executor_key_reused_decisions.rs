@@ -138,12 +138,14 @@ async fn a_mark_done_over_a_late_key_reused_answer_is_applied() {
 /// contradicts (an `unknown` record followed by the same retry and refusal pauses: "(an earlier attempt under this key
 /// may have applied)"). The run must not fail carrying a possible effect (I3; a failed run may be replayed with an
 /// edited trigger, sending the step again under a new key). (Found by QA, stop 50: the retry's refusal was recorded
-/// `failed`, and the run failed, "the call was refused and cannot be retried".)
+/// `failed`, and the run failed, "the call was refused and cannot be retried".) The record and the pause keep the API's
+/// key-reused answer, once, through a second refused retry. (Left open in stop 50: they said only "may have applied".)
 #[tokio::test]
 async fn a_refused_retry_after_a_key_reused_pause_pauses_the_run() {
     for (name, ledger) in ledgers() {
         let keyed = keyed("charge", 24 * 3600 * 1000, false);
-        let (e, api, key) = paused_at_key_reused(name, &ledger, keyed, &[Fate::KeyReused, Fate::FailPermanent]).await;
+        let fates = [Fate::KeyReused, Fate::FailPermanent, Fate::FailPermanent];
+        let (e, api, key) = paused_at_key_reused(name, &ledger, keyed, &fates).await;
         let status = e.resolve("r", Resolution::Retry, "ann").await.unwrap();
         let reason = reason_of(ledger.as_ref(), "r");
         let record = ledger.get(&key).unwrap().unwrap();
@@ -159,6 +161,17 @@ async fn a_refused_retry_after_a_key_reused_pause_pauses_the_run() {
             record.status,
             record.error
         );
+        let answered = "[key-reused] idempotency_error";
+        for round in ["first", "second"] {
+            let reason = reason_of(ledger.as_ref(), "r");
+            let error = ledger.get(&key).unwrap().unwrap().error.unwrap_or_default();
+            assert_eq!(error.matches(answered).count(), 1, "{name}, {round} refusal: the record keeps why: {error}");
+            assert_eq!(reason.matches(answered).count(), 1, "{name}, {round} refusal: the pause says why: {reason}");
+            if round == "first" {
+                assert_eq!(e.resolve("r", Resolution::Retry, "bo").await.unwrap(), RunStatus::Paused, "{name}");
+                assert_eq!(api.calls().len(), 3, "{name}: bo's retry sent once");
+            }
+        }
     }
 }
 
