@@ -166,6 +166,14 @@ pub enum Error {
     /// The output a person's decision gives to mark a step done cannot be canonicalised (as a step's output must be,
     /// to be stored and compared): the decision is refused, nothing written.
     MarkDoneOutput(canonical::Error),
+    /// A person's retry of a step the API answered as applied with an answer that cannot be stored
+    /// ([`decide::UNSTORABLE_MARK`]): a retry would send it again (without the lookup that found it, for a
+    /// lookup-before-create action), and a keyed action's replay would give the same answer back. The decision is
+    /// refused, nothing written.
+    RetryWouldResend {
+        run_id: String,
+        step: String,
+    },
     /// A stored record cannot be read back (a plan, an output, a trigger): the ledger is damaged.
     Corrupt(String),
 }
@@ -194,6 +202,12 @@ impl std::fmt::Display for Error {
             ),
             Error::Trigger(e) => write!(f, "the trigger cannot be canonicalised: {e}"),
             Error::MarkDoneOutput(e) => write!(f, "the output to mark the step done with cannot be stored: {e}"),
+            Error::RetryWouldResend { run_id, step } => write!(
+                f,
+                "run {run_id:?} is paused at step {step}, which the API answered as applied with an answer that cannot \
+                 be stored: a retry would send it again; mark it done with that answer (the pause reason shows it; \
+                 write a number no double holds as a string), or abort the run"
+            ),
             Error::Corrupt(what) => write!(f, "the ledger holds an unreadable record: {what}"),
         }
     }
@@ -486,6 +500,25 @@ pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
     paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))
 }
 
+/// [`resolvable`], and whether `resolution` can apply at the key: a retry of a step the API answered as applied, with
+/// an answer that cannot be stored, is refused ([`Error::RetryWouldResend`]). Reading only, as `resolvable`.
+pub fn decidable(ledger: &dyn Ledger, run_id: &str, resolution: &Resolution) -> Result<Key, Error> {
+    let key = resolvable(ledger, run_id)?;
+    if let Resolution::Retry = resolution
+        && let Some(record) = ledger.get(&key)?
+        && would_resend_applied(&record)
+    {
+        return Err(Error::RetryWouldResend { run_id: run_id.to_string(), step: record.step_id.to_string() });
+    }
+    Ok(key)
+}
+
+/// Is `record` an attempt the API answered as applied, with an answer that cannot be stored
+/// ([`decide::UNSTORABLE_MARK`])? A person's retry of it would send the step again.
+fn would_resend_applied(record: &ledger::StepRecord) -> bool {
+    record.status == Status::Unknown && record.error.as_deref().is_some_and(|e| e.starts_with(decide::UNSTORABLE_MARK))
+}
+
 /// Records a person's decision about paused run `run_id` (the engine API and the `flow` admin CLI both use this):
 /// the resolution is filed against the key the run paused at (named in the pause reason), stamped strictly after
 /// that key's last attempt. An abort fails the run at once ("aborted by <by>"); mark-done and retry set the run
@@ -498,7 +531,7 @@ pub fn record_resolution(
     by: &str,
     now_ms: u64,
 ) -> Result<RunStatus, Error> {
-    let key = resolvable(ledger, run_id)?;
+    let key = decidable(ledger, run_id, resolution)?;
     // A step's output is stored canonical: an output that cannot be would leave the run running with a decision no
     // drive can apply.
     if let Resolution::MarkDone { output } = resolution {
@@ -1450,6 +1483,18 @@ impl Engine {
                             let reason = format!(
                                 "{reason}; the decision to {} by {} cannot apply to a succeeded key [key {key}]",
                                 resolution.resolution.name(),
+                                resolution.by
+                            );
+                            return Ok(End::Paused { reason, key });
+                        }
+                        // Refused when it is filed ([`decidable`]); an older build filed it unchecked. A retry would
+                        // send again a step the API answered as applied.
+                        if let (Resolution::Retry, Some(r)) = (&resolution.resolution, &record)
+                            && would_resend_applied(r)
+                        {
+                            let reason = format!(
+                                "{reason}; the decision to retry by {} would send again a step the API answered as \
+                                 applied: a person must decide again, mark it done or abort [key {key}]",
                                 resolution.by
                             );
                             return Ok(End::Paused { reason, key });

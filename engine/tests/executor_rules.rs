@@ -11,7 +11,7 @@ use engine::connector::{ActionSpec, Connector};
 use engine::event::CrashPoint;
 use engine::executor::{Engine, Error, KnownTrigger, Policy};
 use engine::key;
-use engine::ledger::{Ledger, Resolution, RunStatus, Status};
+use engine::ledger::{Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -1100,6 +1100,26 @@ async fn an_unstorable_answer_pauses_with_the_answer_to_mark_done_from() {
             assert!(reason.contains("a retry would send the step again"), "{name}: {reason}");
             assert!(!reason.contains("send it as a string") && !reason.contains("at byte"), "{name}: {reason}");
             let calls = api.calls().len();
+            // A person's retry would send the step again (a lookup action's without the lookup that found it): refused,
+            // nothing filed. An older build's, filed unchecked, pauses the run again. (Carried since stop 47.)
+            let refused = e.resolve(&run_id, Resolution::Retry, "pat").await.unwrap_err();
+            assert!(matches!(refused, Error::RetryWouldResend { .. }), "{name}: {refused:?}");
+            assert!(refused.to_string().contains("a retry would send it again"), "{name}: {refused}");
+            assert_eq!(ledger.resolutions(&run_id).unwrap(), vec![], "{name}");
+            let key = paused_key(&reason).unwrap();
+            let older = ResolutionRecord {
+                run_id: run_id.clone(),
+                key,
+                resolution: Resolution::Retry,
+                by: "pat".into(),
+                at_ms: ledger.get(&key).unwrap().unwrap().last_attempt_ms + 1,
+                seen: None,
+            };
+            ledger.record_resolution(&older, RunStatus::Running, None).unwrap();
+            assert_eq!(e.drive(&run_id).await.unwrap(), RunStatus::Paused, "{name}");
+            let again = ledger.get_run(&run_id).unwrap().unwrap().reason.unwrap();
+            assert!(again.contains("the decision to retry by pat would send again a step"), "{name}: {again}");
+            assert_eq!(api.calls().len(), calls, "{name}: nothing sent again");
             let done = Resolution::MarkDone { output: json!({"id": 1, "ref": "18446744073709551615"}) };
             assert_eq!(e.resolve(&run_id, done, "pat").await.unwrap(), RunStatus::Succeeded, "{name}");
             assert_eq!((api.calls().len(), api.effects().len()), (calls, 1), "{name}: nothing sent again");

@@ -649,3 +649,47 @@ fn mark_done_takes_a_value_that_starts_with_a_hyphen() {
         assert_eq!(ledger.resolutions(run).unwrap()[0].resolution, Resolution::MarkDone { output }, "{all:?}");
     }
 }
+
+/// `--retry` of a step the API answered as applied, with an answer that cannot be stored (`[unstorable]`), would send
+/// it again: refused as bad input (exit 2), naming what to do instead, and the ledger's files are left byte for byte
+/// as they were. A mark-done of it is recorded. (Carried since stop 47: the retry was recorded and resent the step.)
+#[test]
+fn resolve_refuses_a_retry_that_would_send_an_applied_step_again() {
+    use engine::ledger::{Claim, Claimed, Completion};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_with_paused_runs(&path, &["r1"]);
+    // The key `ledger_with_paused_runs` names in the pause reason, answered as applied with an unstorable output.
+    let key = engine::key::Key([0xab; 32]);
+    let claim = Claim {
+        key,
+        run_id: "r1",
+        step_id: "payout",
+        action: "bank.payout",
+        inputs_hash: [0; 32],
+        worker: "w1",
+        now_ms: 1,
+        lease_ms: 1_000,
+        expected_fence: 0,
+        expected_status: None,
+        durable: true,
+        walk: None,
+    };
+    let Claimed::Granted { fence, .. } = ledger.claim(&claim).unwrap() else { panic!("a fresh key is granted") };
+    let reason = format!(
+        "{}the API answered that the step applied, but its output cannot be stored; the answer: {{\"ref\":1e400}}",
+        engine::decide::UNSTORABLE_MARK
+    );
+    ledger.complete(&key, fence, Completion::Unknown { reason }, 2).unwrap();
+    drop(ledger);
+    let before = snapshot(dir.path());
+    let (code, stdout, stderr) = flow(&["resolve", "--ledger", file, "--run", "r1", "--retry", "--by", "ann"]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("paused at step payout") && stderr.contains("a retry would send it again"), "{stderr}");
+    assert!(stderr.contains("mark it done") && stderr.contains(file), "{stderr}");
+    assert_eq!(snapshot(dir.path()), before, "the refusal changed the ledger");
+    let (code, stdout, stderr) =
+        flow(&["resolve", "--ledger", file, "--run", "r1", "--mark-done", r#"{"ref":"1e400"}"#, "--by", "ann"]);
+    assert_eq!((code, stdout.as_str()), (0, "run r1 is now running\n"), "{stderr}");
+}

@@ -428,9 +428,13 @@ fn main() -> ExitCode {
                 Ok(l) => l,
                 Err(refusal) => return refusal.fail(),
             };
-            match engine::executor::resolvable(&look, &run) {
+            match engine::executor::decidable(&look, &run, &resolution) {
                 Err(engine::executor::Error::UnknownRun(_)) => return unknown_run(),
                 Err(engine::executor::Error::Ledger(e)) => return ledger_refusal(&path, &e).fail(),
+                // A decision that cannot apply to this pause is bad input: refused with the file untouched.
+                Err(e @ engine::executor::Error::RetryWouldResend { .. }) => {
+                    return fail(2, &format!("{}: {e}", path.display()));
+                }
                 // Not paused, or no key in its pause reason: the ledger refuses the decision (exit 1), unchanged.
                 Err(e) => return fail(1, &format!("{}: {e}", path.display())),
                 Ok(_) => {}
@@ -464,7 +468,9 @@ fn main() -> ExitCode {
                 // A write that waited out another connection's lock says so (the ledger's message), named here.
                 Err(engine::executor::Error::Ledger(e)) => ledger_refusal(&path, &e).fail(),
                 // Refused by `parse_output` already; were one to get through, still bad input, nothing written.
-                Err(e @ engine::executor::Error::MarkDoneOutput(_)) => fail(2, &format!("{}: {e}", path.display())),
+                Err(
+                    e @ (engine::executor::Error::MarkDoneOutput(_) | engine::executor::Error::RetryWouldResend { .. }),
+                ) => fail(2, &format!("{}: {e}", path.display())),
                 Err(e) => fail(1, &format!("{}: {e}", path.display())),
             }
         }
