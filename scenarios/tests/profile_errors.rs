@@ -65,6 +65,26 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
             "connectors.payments.latency_ms_median: 1000000000 ms is not shorter than the heal phase",
         ),
         ("[connectors.email]\nlatency_ms_p99 = 432000000\n", "connectors.email.latency_ms_p99: 432000000 ms"),
+        // Waits that follow one another after a crash: each fits, together they do not (QA, stop 51).
+        (
+            "[world]\nlease_ms = 300000000\n[connectors.contacts]\nlookup_wait_ms = 200000000\n\
+             latency_ms_median = 100\nlatency_ms_p99 = 100\n",
+            "world.lease_ms 300000000 + connectors.contacts.lookup_wait_ms 200000000 + \
+             connectors.contacts.latency_ms_median 100 = 500000100 ms is not shorter than the heal phase \
+             (world.heal_s_max = 432000 s): a key of contacts that a crashed worker held waits out the lease, then the \
+             lookup's lag bound, then its call",
+        ),
+        (
+            "[world]\nlease_ms = 1000\n[connectors.payments]\nlookup_wait_ms = 1000\nlatency_ms_median = 431998000\n\
+             latency_ms_p99 = 431998000\n",
+            "= 432000000 ms is not shorter than the heal phase",
+        ),
+        (
+            "[world]\nlease_ms = 1000\n[connectors.payouts]\nlatency_ms_median = 431999000\nlatency_ms_p99 = 431999000\n",
+            "world.lease_ms 1000 + connectors.payouts.latency_ms_median 431999000 = 432000000 ms is not shorter than the \
+             heal phase (world.heal_s_max = 432000 s): a key of payouts that a crashed worker held waits out the lease, \
+             then its call",
+        ),
         // The bound a lookup waits out, on a connector that looks nothing up.
         (
             "[connectors.payouts]\nlookup_wait_ms = 5000\n",
@@ -105,7 +125,8 @@ fn an_integer_knob_too_large_for_its_type_is_named() {
     }
 }
 
-/// A wait 1 ms shorter than the heal phase fits; a person's delay counts only when a person looks at paused runs.
+/// A wait 1 ms shorter than the heal phase fits, and so do the waits that follow a crash, a lease, a lookup's lag bound
+/// and a call, together 1 ms shorter; a person's delay counts only when a person looks at paused runs.
 #[test]
 fn waits_within_the_heal_phase_are_accepted() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -113,7 +134,9 @@ fn waits_within_the_heal_phase_are_accepted() {
     for toml in [
         "[world]\nperson_share = 0.5\nperson_delay_ms = 431999999\n",
         "[world]\nperson_share = 0.0\nperson_delay_ms = 604800000\n",
-        "[connectors.payments]\nlatency_ms_median = 431999999\nlatency_ms_p99 = 431999999\n",
+        "[world]\nlease_ms = 1000\n[connectors.payments]\nlookup_wait_ms = 1000\nlatency_ms_median = 431997999\n\
+         latency_ms_p99 = 431997999\n",
+        "[world]\nlease_ms = 1000\n[connectors.payouts]\nlatency_ms_median = 431998999\nlatency_ms_p99 = 431998999\n",
     ] {
         std::fs::write(&file, toml).expect("write");
         if let Err(e) = prepare(file.to_str().expect("a UTF-8 path"), 1, Some(100)) {

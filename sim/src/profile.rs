@@ -188,7 +188,64 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
     validate_world(&profile, &|path: &str| drawn(path).then(|| format!(" (drawn from seed {seed})")))?;
     crate::workflows::validate_lookup_waits(&profile).map_err(Error)?;
     crate::workflows::validate_defined(&profile).map_err(Error)?;
+    validate_takeover_waits(&profile, &|path: &str| drawn(path).then(|| format!(" (drawn from seed {seed})")))?;
     Ok(profile)
+}
+
+/// The knob that sets the lag bound a lookup of connector `c` waits out, as a message names it.
+fn lag_knob(c: &FaultProfile) -> &'static str {
+    match c.lookup_wait_ms {
+        Some(_) => "lookup_wait_ms",
+        None if c.lag_ms_tail_max >= c.lag_ms_median => {
+            "lag_ms_tail_max (the lag bound a lookup waits out while lookup_wait_ms is unset)"
+        }
+        None => "lag_ms_median (the lag bound a lookup waits out while lookup_wait_ms is unset)",
+    }
+}
+
+/// The latency a call of connector `c` may take (the p99 when it draws from a spread, else the median it always
+/// takes), with the knob that sets it.
+fn latency_knob(c: &FaultProfile) -> (&'static str, u64) {
+    if c.latency_ms_p99 > c.latency_ms_median {
+        ("latency_ms_p99", c.latency_ms_p99)
+    } else {
+        ("latency_ms_median", c.latency_ms_median)
+    }
+}
+
+/// [`validate_world`] refuses every wait a run may have to sit out whole after the chaos that is as long as the heal
+/// phase. Some follow one another, though: a key a crashed worker held is taken over once its lease expires, a new
+/// owner's lookup waits out the connector's lag bound from that expiry, and the call then takes its latency. Each
+/// alone may fit while together they do not, and every run such a crash left would fail I8 for the profile's doing
+/// (found by QA, stop 51: a lease and a lookup wait of 600 s each, in a heal phase of 1,000 s, failed I8).
+fn validate_takeover_waits(profile: &Profile, drawn: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    let w = &profile.world;
+    let heal_ms = w.heal_s_max.saturating_mul(1000);
+    for (name, c) in &profile.connectors {
+        let knob = |path: String, ms: u64| {
+            let from = drawn(&path).unwrap_or_default();
+            (format!("{path} {ms}{from}"), ms)
+        };
+        let mut terms = vec![knob("world.lease_ms".to_owned(), w.lease_ms)];
+        if crate::workflows::has_lookup(profile, name) {
+            terms.push(knob(format!("connectors.{name}.{}", lag_knob(c)), c.declared_lag_bound_ms()));
+        }
+        let (latency, ms) = latency_knob(c);
+        terms.push(knob(format!("connectors.{name}.{latency}"), ms));
+        let total = terms.iter().fold(0u64, |sum, (_, ms)| sum.saturating_add(*ms));
+        if total >= heal_ms {
+            let named: Vec<&str> = terms.iter().map(|(text, _)| text.as_str()).collect();
+            let then = if terms.len() == 3 { "the lease, then the lookup's lag bound" } else { "the lease" };
+            return Err(Error(format!(
+                "{} = {total} ms is not shorter than the heal phase (world.heal_s_max = {} s): a key of {name} that a \
+                 crashed worker held waits out {then}, then its call, after the chaos ends, and its run could not \
+                 end within the heal phase (I8); shorten them, or lengthen heal_s_max",
+                named.join(" + "),
+                w.heal_s_max
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The connector's exclusive fault probabilities as they came out, each marked as set by the profile or drawn from the
@@ -340,23 +397,12 @@ fn validate_world(profile: &Profile, drawn: &dyn Fn(&str) -> Option<String>) -> 
     // A wait as long as the heal phase leaves its run no time to end in, so its I8 failure would be the profile's
     // doing, not the engine's.
     let waits = profile.connectors.iter().flat_map(|(name, c)| {
-        let lag = match c.lookup_wait_ms {
-            Some(_) => "lookup_wait_ms".to_owned(),
-            None if c.lag_ms_tail_max >= c.lag_ms_median => {
-                "lag_ms_tail_max (the lag bound a lookup waits out while lookup_wait_ms is unset)".to_owned()
-            }
-            None => "lag_ms_median (the lag bound a lookup waits out while lookup_wait_ms is unset)".to_owned(),
-        };
-        let latency = if c.latency_ms_p99 > c.latency_ms_median {
-            ("latency_ms_p99", c.latency_ms_p99)
-        } else {
-            ("latency_ms_median", c.latency_ms_median)
-        };
+        let latency = latency_knob(c);
         [
             (format!("connectors.{name}.{}", latency.0), latency.1),
             (format!("connectors.{name}.timeout_ms"), c.timeout_ms),
             (format!("connectors.{name}.retry_after_ms"), c.retry_after_ms),
-            (format!("connectors.{name}.{lag}"), c.declared_lag_bound_ms()),
+            (format!("connectors.{name}.{}", lag_knob(c)), c.declared_lag_bound_ms()),
         ]
     });
     let lease = std::iter::once(("world.lease_ms".to_owned(), w.lease_ms));
