@@ -497,7 +497,7 @@ pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
         return Err(Error::NotPaused { run_id: run_id.to_string(), status: run.status });
     }
     let reason = run.reason.as_deref().unwrap_or("");
-    paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id}: no key in the pause reason {reason:?}")))
+    paused_key(reason).ok_or_else(|| Error::Corrupt(format!("run {run_id:?}: no key in the pause reason {reason:?}")))
 }
 
 /// [`resolvable`], and whether `resolution` can apply at the key: a retry of a step the API answered as applied, with

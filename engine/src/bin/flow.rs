@@ -797,10 +797,7 @@ fn parse_output(json: &str) -> Result<serde_json::Value, String> {
 /// would rewrite the terminal), a line or paragraph separator (some readers split lines at them) and the
 /// bidirectional formatting characters (they reorder what a terminal shows, across tabs).
 fn escaped(c: char) -> bool {
-    c == '\\'
-        || c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}')
-        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c == '\\' || engine::ledger::breaks_a_line_or_its_order(c)
 }
 
 /// `text` as one field of `flow`'s output, escaped so that it is one field on one line: `\\`, `\t`, `\n`, `\r`, and

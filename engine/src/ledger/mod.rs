@@ -337,17 +337,31 @@ pub fn names_someone(name: &str) -> bool {
 
 /// What is wrong with `by` as a resolution's record of who decided, if anything, as the end of a sentence whose
 /// subject is the name ("must name the person deciding"): it names no one ([`names_someone`]; an empty or blank
-/// name would file a person's decision anonymously), or it holds a control character (a line break, a tab: it would
-/// forge lines and columns wherever it is listed). The rule [`Ledger::record_resolution`] applies, and the one the
+/// name would file a person's decision anonymously), or it holds a character that breaks a line or its order
+/// ([`breaks_a_line_or_its_order`]: a line break, a tab, a bidirectional override: it would forge lines and columns,
+/// or reorder them, wherever it is listed). The rule [`Ledger::record_resolution`] applies, and the one the
 /// `flow` CLI checks `--by` by before it opens a ledger.
 pub fn by_refusal(by: &str) -> Option<&'static str> {
     if !names_someone(by) {
         return Some("must name the person deciding");
     }
-    if by.chars().any(char::is_control) {
-        return Some("must name the person deciding on one line, without control characters");
+    if by.chars().any(breaks_a_line_or_its_order) {
+        return Some(
+            "must name the person deciding on one line, without control characters, line or paragraph separators \
+             (U+2028, U+2029) or bidirectional formatting characters",
+        );
     }
     None
+}
+
+/// Whether `c` can make a text shown on one line read as something else: a control character (C0, DEL, C1: a tab or
+/// newline forges a column or a line, an escape sequence rewrites the terminal), a line or paragraph separator (some
+/// readers split lines at them) or a bidirectional formatting character (it reorders what a terminal shows). A
+/// person's name in a decision holds none ([`by_refusal`]); `flow` escapes them in what it prints.
+pub fn breaks_a_line_or_its_order(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 impl ResolutionRecord {
