@@ -175,11 +175,11 @@ pub fn main() -> i32 {
         }
         Command::Bench { scenario, steps, repeat } => bench(&scenario, steps, repeat),
         Command::Search { cases, canary, seed, out } => crate::search::main(cases, canary, seed, out),
+        // The listing is the command's whole answer: a failed write exits 2, as `canon`'s and `key`'s do.
         Command::Scenarios => {
-            for s in crate::catalogue::CATALOGUE {
-                outln!("{:<28} {}", s.name, s.stresses);
-            }
-            0
+            let listing: String =
+                crate::catalogue::CATALOGUE.iter().map(|s| format!("{:<28} {}\n", s.name, s.stresses)).collect();
+            write_answer("scenarios", listing.as_bytes())
         }
         Command::Check(args) => crate::check::main(&args),
         Command::Sweep(args) => crate::sweep::main(&args),
@@ -212,7 +212,7 @@ fn canon() -> i32 {
     }
 }
 
-/// Writes the one answer of `canon` or `key` to standard output. The answer is the whole point of the command, so a
+/// Writes the one answer of `canon`, `key` or `scenarios` to standard output. The answer is the whole point of the command, so a
 /// failed write exits 2 (a closed pipe quietly, anything else, such as a full disk, said on standard error).
 fn write_answer(command: &str, bytes: &[u8]) -> i32 {
     let mut out = std::io::stdout().lock();
@@ -246,7 +246,8 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
     let key = if volatile.is_empty() {
         engine::key::step_key_canonical(run, step, &canonical)
     } else {
-        let value: serde_json::Value = match serde_json::from_slice(&canonical) {
+        // Read back at the canonicaliser's own depth bound: serde_json alone stops a level short of it.
+        let value: serde_json::Value = match engine::doc::from_slice(&canonical) {
             Ok(v) => v,
             Err(e) => {
                 errln!("flowsim key: {e}");
@@ -274,6 +275,10 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
 fn key_arguments_problem(run: &str, step: &str, volatile: &[String]) -> Option<String> {
     if run.is_empty() {
         return Some("--run must not be empty".into());
+    }
+    // The engine refuses such a run id (`Engine::create_run`, `flow`): no key of it exists to compute.
+    if !engine::ledger::names_someone(run) {
+        return Some(format!("--run {run:?} is blank (only spaces or invisible characters): no run has that id"));
     }
     if step.is_empty() {
         return Some("--step must not be empty".into());
@@ -360,10 +365,26 @@ fn run(args: &crate::run::RunArgs) -> i32 {
         i9.first_violation = determinism_error.clone();
     }
     out!("{}", summary(&results));
-    // The files are written before the verdict is printed, and a failed write (checked for before the run, so this
-    // is a full disk or the like) does not hide the verdict or the repro line: it is said after them, last, beside the
-    // exit code it sets.
-    let json = args.json.as_ref().map(|path| (path, serde_json::to_vec_pretty(&results).expect("results serialise")));
+    // The verdict and the repro line are printed before the files are written, so a failed write (checked for before
+    // the run, so this is a full disk or the like) does not hide them: it is said after them, last, beside the exit
+    // code it sets. Printed first, they also stay whole where an output is standard output itself (`--json
+    // /dev/stdout > FILE`): the file is appended to, after them; printed after it, they overwrote its start.
+    let code = match verdict(&results, prepared.expect, args.policy) {
+        Ok(()) => {
+            outln!("flowsim run: every invariant held");
+            0
+        }
+        Err(reason) => {
+            outln!("flowsim run: FAILED: {reason}");
+            outln!("reproduce with: {}", results.repro);
+            1
+        }
+    };
+    let json = args.json.as_ref().map(|path| {
+        let mut bytes = serde_json::to_vec_pretty(&results).expect("results serialise");
+        bytes.push(b'\n');
+        (path, bytes)
+    });
     // A run id that no event names (a typo, or a run this seed never started) leaves a trace of headings only: say
     // so, in the file too, rather than hand over an empty trace as if the run had done nothing.
     let run_unseen =
@@ -381,17 +402,6 @@ fn run(args: &crate::run::RunArgs) -> i32 {
     if let Some(note) = &run_unseen {
         errln!("flowsim run: {note}");
     }
-    let code = match verdict(&results, prepared.expect, args.policy) {
-        Ok(()) => {
-            outln!("flowsim run: every invariant held");
-            0
-        }
-        Err(reason) => {
-            outln!("flowsim run: FAILED: {reason}");
-            outln!("reproduce with: {}", results.repro);
-            1
-        }
-    };
     match written {
         Ok(()) => code,
         Err(e) => {

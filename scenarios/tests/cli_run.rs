@@ -261,6 +261,31 @@ fn results_to_dev_stdout_append_to_a_redirected_log() {
     assert!(text.contains("\"trace_hash\"") && text.contains("every invariant held"), "{text}");
 }
 
+/// The same with standard output redirected to a new file (`> out.txt`, not appended to): the run's own lines and the
+/// results both stay whole, the results after the verdict and the repro line, ending in a newline. (Found by QA, stop
+/// 51: the verdict was printed after the results were written, through standard output's own offset, and wrote over
+/// the start of the JSON.)
+#[test]
+fn results_to_dev_stdout_stay_whole_in_a_file_stdout_truncated() {
+    let dir = temp_dir("stdout-json-truncated");
+    let out = dir.join("out.txt");
+    let file = std::fs::File::create(&out).expect("create the file");
+    let status = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["run", "--scenario", "canary", "--seed", "7", "--steps", "1500", "--json", "/dev/stdout"])
+        .env("CI", "1")
+        .stdout(Stdio::from(file))
+        .status()
+        .expect("flowsim runs");
+    assert_eq!(status.code(), Some(1));
+    let text = std::fs::read_to_string(&out).expect("read the file");
+    let start = text.find("\n{\n").expect("the results start on a line of their own") + 1;
+    let (printed, json) = text.split_at(start);
+    assert!(printed.contains("flowsim run: FAILED: ") && printed.contains("\nreproduce with: "), "{printed}");
+    let results: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
+    assert_eq!(results["scenario"], "canary", "{json}");
+    assert!(json.ends_with("}\n"), "{json}");
+}
+
 /// The canary's first I1 violation names a run whose first effect is long before the window of events the trace
 /// keeps: the trace says so at its top, with the command that traces that run from its start (the repro line with
 /// `--trace-run RUN --trace FILE`, FILE beside the trace, not over it). Run as given, it writes that run's events.

@@ -349,7 +349,7 @@ pub fn trigger(workflow: &str, index: u64, rng: &mut Rng) -> Doc {
 /// The trigger of a replay: the amount edited, the rest unchanged, so some steps replay and some run anew.
 pub fn edited_trigger(ledger: &dyn Ledger, run_id: &str) -> Doc {
     let run = ledger.get_run(run_id).ok().flatten().expect("a replayed run exists");
-    let trigger: Doc = serde_json::from_slice(&run.trigger).expect("a stored trigger is JSON");
+    let trigger: Doc = engine::doc::from_slice(&run.trigger).expect("a stored trigger is JSON");
     match (trigger.as_object(), trigger.get("amount").and_then(Doc::as_u64)) {
         (Some(members), Some(amount)) => Doc::Object(members.with(Str::from_static("amount"), Doc::from(amount + 1))),
         _ => trigger,
