@@ -91,6 +91,26 @@ impl<'a> InPlace<'a> {
     }
 }
 
+/// The file a write to `path` reaches: `path` itself, or where its symbolic links lead, followed one by one (a link
+/// to a file not yet made leads to that file, which the write then makes, as the shell's `>` does). A loop of links,
+/// or more than 40 of them, is left to the write to refuse.
+pub fn link_target(path: &Path) -> std::path::PathBuf {
+    let mut at = path.to_path_buf();
+    for followed in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {}
+            _ if followed == 0 => return at,
+            _ => return std::fs::canonicalize(&at).unwrap_or(at),
+        }
+        let Ok(next) = std::fs::read_link(&at) else { return path.to_path_buf() };
+        at = match at.parent() {
+            Some(dir) if next.is_relative() => dir.join(next),
+            _ => next,
+        };
+    }
+    path.to_path_buf()
+}
+
 /// Writes every `(path, bytes)` of `files`: those that can be renamed into place all or none, then those written in
 /// place (see the module's doc). An error before the renames leaves every file as it was; an error after them names
 /// the file that failed, every other file of the set written.
@@ -100,10 +120,7 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
     for (path, bytes) in files {
         let error = |source| WriteError { path: path.to_path_buf(), source };
         // A link is followed, so that its target is written and the link stays.
-        let target = match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
-            _ => path.to_path_buf(),
-        };
+        let target = link_target(path);
         let existing = match std::fs::metadata(&target) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -225,6 +242,20 @@ mod tests {
         assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
         assert_eq!(std::fs::read(&real).expect("read"), b"new");
         assert_eq!(std::fs::metadata(&real).expect("stat").permissions().mode() & 0o777, 0o640);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_to_a_file_not_yet_made_makes_it_and_stays_a_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        let link = dir.path().join("link.json");
+        // Relative, through a second link: the file is made where the chain leads.
+        std::os::unix::fs::symlink("hop.json", &link).expect("symlink");
+        std::os::unix::fs::symlink("sub/new.json", dir.path().join("hop.json")).expect("symlink");
+        write_all([(link.as_path(), &b"new"[..])]).expect("written");
+        assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
+        assert_eq!(std::fs::read(dir.path().join("sub/new.json")).expect("made"), b"new");
     }
 
     #[cfg(unix)]

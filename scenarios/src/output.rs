@@ -74,6 +74,10 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
     if path.as_os_str().is_empty() {
         return Err("an output file's name is empty".into());
     }
+    // A symbolic link's target is what is written (`reports::files::write_all`), made if it is not there yet: the
+    // checks below are of it, and name the link.
+    let target = reports::files::link_target(path);
+    let path = target.as_path();
     if path.is_dir() {
         return Err(format!("cannot write {shown}: it is a directory"));
     }
@@ -174,6 +178,24 @@ mod tests {
         std::fs::write(&path, b"earlier").expect("write");
         check_writable(&path).expect("writable");
         assert_eq!(std::fs::read(&path).expect("read"), b"earlier");
+    }
+
+    /// A link to a file not yet made is writable (its target is made by the write), and the check leaves the link
+    /// dangling as it was; a link into a directory that does not exist is refused, naming the link. (Found by QA,
+    /// stop 51: "cannot write dang.json: No such file or directory", the target's directory there.)
+    #[cfg(unix)]
+    #[test]
+    fn a_link_to_a_file_not_yet_made_is_writable() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let link = dir.path().join("dang.json");
+        std::os::unix::fs::symlink(dir.path().join("new.json"), &link).expect("symlink");
+        check_writable(&link).expect("writable");
+        assert!(!dir.path().join("new.json").exists(), "the probe is removed");
+        assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
+        let nowhere = dir.path().join("nowhere.json");
+        std::os::unix::fs::symlink(dir.path().join("missing/new.json"), &nowhere).expect("symlink");
+        let e = check_writable(&nowhere).expect_err("refused");
+        assert!(e.starts_with(&format!("cannot write {}: ", nowhere.display())) && e.contains("does not exist"), "{e}");
     }
 
     #[test]
