@@ -53,3 +53,15 @@ fn a_failing_device_costs_the_other_files_nothing() {
     assert!(std::fs::symlink_metadata(dir.join("report.md")).unwrap().file_type().is_symlink());
     assert_eq!(names(&dir), ["report.html", "report.json", "report.md"], "no temporary file is left");
 }
+
+/// An output directory that is a file is refused as one, and the file is left as it was. (Found by QA, stop 51: the
+/// error said only "File exists", `create_dir_all`'s word for it.)
+#[test]
+fn an_output_directory_that_is_a_file_is_named_as_one() {
+    let parent = tempfile::tempdir().unwrap();
+    let file = parent.path().join("r1.json");
+    std::fs::write(&file, b"{}").unwrap();
+    let e = write_report(&runs(), None, &file).unwrap_err();
+    assert_eq!(e.to_string(), format!("cannot write {}: it is a file, not a directory", file.display()));
+    assert_eq!(std::fs::read(&file).unwrap(), b"{}");
+}
