@@ -68,6 +68,9 @@ fn runs_stranded_at_the_end_are_the_first_violation_the_trace_marks() {
         assert!(line.contains(" status paused, reason \"") && line.ends_with("\"; drivers: person's desk"), "{line}");
     }
     assert!(!trace.contains("Some(") && !trace.contains("[("), "{trace}");
+    // An effect names its action as every other event does, with its connector (QA, stop 51: the bare action).
+    let effect = trace.lines().find(|l| l.contains(" effect ")).unwrap_or_else(|| panic!("no effect in:\n{trace}"));
+    assert!(effect.contains(" payouts.send_payout "), "{effect}");
 }
 
 /// The short heal phase of `tests/sweep.rs`: at seed 2 (and others) runs used to succeed while a second drive of

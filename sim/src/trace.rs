@@ -32,6 +32,12 @@ pub enum Field<'a> {
         hashed: &'a str,
         shown: &'a str,
     },
+    /// `action` hashed as `Str(action)` and shown as `connector.action`, as every other event names an action: the
+    /// `effect` event hashed the bare action name before its line showed the connector.
+    Action {
+        connector: &'a str,
+        action: &'a str,
+    },
 }
 
 /// The hashed (and optionally kept) event log.
@@ -95,6 +101,7 @@ impl Trace {
                 Field::U64(n) => buf.extend_from_slice(&n.to_le_bytes()),
                 Field::Bytes(b) => push_bytes(buf, b),
                 Field::Shown { hashed, .. } => push_bytes(buf, hashed.as_bytes()),
+                Field::Action { action, .. } => push_bytes(buf, action.as_bytes()),
             }
         }
         let len = (buf.len() - start - 8) as u64;
@@ -280,6 +287,12 @@ fn format_event(number: u64, time_ms: u64, tag: &str, fields: &[Field<'_>]) -> S
             Field::Shown { shown, .. } => {
                 line.push(' ');
                 line.push_str(shown);
+            }
+            Field::Action { connector, action } => {
+                line.push(' ');
+                line.push_str(connector);
+                line.push('.');
+                line.push_str(action);
             }
         }
     }

@@ -189,7 +189,7 @@ impl EffectSink for Monitor {
             "effect",
             &[
                 Field::Str(&effect.run_id),
-                Field::Str(&effect.action),
+                Field::Action { connector: &effect.connector, action: &effect.action },
                 Field::Bytes(&effect.key.0),
                 Field::Str(&effect.object_id),
                 Field::U64(effect.visible_ms),
