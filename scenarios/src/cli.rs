@@ -175,11 +175,21 @@ pub fn main() -> i32 {
         }
         Command::Bench { scenario, steps, repeat } => bench(&scenario, steps, repeat),
         Command::Search { cases, canary, seed, out } => crate::search::main(cases, canary, seed, out),
-        // The listing is the command's whole answer: a failed write exits 2, as `canon`'s and `key`'s do.
+        // The listing is the command's whole answer: a write that fails (a full disk) exits 2, as `canon`'s and
+        // `key`'s do. A reader that has what it wanted and closed the pipe (`flowsim scenarios | head -1`) is not a
+        // failure of the listing.
         Command::Scenarios => {
             let listing: String =
                 crate::catalogue::CATALOGUE.iter().map(|s| format!("{:<28} {}\n", s.name, s.stresses)).collect();
-            write_answer("scenarios", listing.as_bytes())
+            let mut out = std::io::stdout().lock();
+            match out.write_all(listing.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => 0,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => {
+                    errln!("flowsim scenarios: cannot write standard output: {e}");
+                    2
+                }
+            }
         }
         Command::Check(args) => crate::check::main(&args),
         Command::Sweep(args) => crate::sweep::main(&args),
@@ -212,7 +222,7 @@ fn canon() -> i32 {
     }
 }
 
-/// Writes the one answer of `canon`, `key` or `scenarios` to standard output. The answer is the whole point of the command, so a
+/// Writes the one answer of `canon` or `key` to standard output. The answer is the whole point of the command, so a
 /// failed write exits 2 (a closed pipe quietly, anything else, such as a full disk, said on standard error).
 fn write_answer(command: &str, bytes: &[u8]) -> i32 {
     let mut out = std::io::stdout().lock();

@@ -134,10 +134,12 @@ fn a_bound_beyond_the_heal_or_an_output_over_the_scenario_is_refused() {
     assert!(!dir.join("bound-5000.toml").exists(), "nothing is written");
 }
 
-/// Webhook windows short enough for a 100 s heal phase, every connector's; `extra` adds to the profile.
+/// Webhook windows short enough for a 100 s heal phase, every connector's, and a payments lag bound that fits in it
+/// after a crashed worker's lease (45 s) and a call; `extra` adds to the profile.
 #[cfg(madsim)]
 fn short_heal_profile(extra: &str) -> String {
     let mut text = String::from("[world]\nheal_s_max = 100\n[mix]\ncheckout = 1.0\n");
+    text += "[connectors.payments]\nlag_ms_tail_max = 10000\n";
     for c in ["payments", "contacts", "ledgerly", "email"] {
         text += &format!(
             "[connectors.{c}.webhooks]\nredelivery_ms_max = 1000\nreorder_ms_max = 0\nduplicate_spacing_ms = 1000\n"
