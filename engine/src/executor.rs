@@ -1406,6 +1406,13 @@ impl Engine {
                     person_retry = false;
                     resolution_used = false;
                 }
+                // The attempt in doubt answered since the retry was taken up (before its claim): applied, with an
+                // answer that cannot be stored. A retry would send it again ([`decidable`]): withdrawn, and the key
+                // decided on as it now stands, which pauses (found by QA, stop 51: the payout was sent twice).
+                let retry_withdrawn = person_retry && record.as_ref().is_some_and(would_resend_applied);
+                if retry_withdrawn {
+                    person_retry = false;
+                }
                 let now_ms = self.clock.now_ms();
                 let first_attempt_ms = match &record {
                     Some(r) if keyed_rules && r.attempt_count >= 2 && r.status != Status::Succeeded => {
@@ -1470,6 +1477,13 @@ impl Engine {
                             _ => None,
                         };
                         let Some(resolution) = pending else {
+                            if retry_withdrawn {
+                                let reason = format!(
+                                    "{reason}; the decision to retry would send again a step the API answered as \
+                                     applied: a person must decide again, mark it done or abort [key {key}]"
+                                );
+                                return Ok(End::Paused { reason, key });
+                            }
                             if paused {
                                 return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
                             }
@@ -1761,11 +1775,13 @@ impl Engine {
             };
             let completion = match completion {
                 // Where the API had said it holds the key with another payload, that answer is why, and a person
-                // deciding needs it: kept, once, however many refusals follow.
+                // deciding needs it: kept, once (the last mark onward is the answer itself), however many refusals
+                // follow; a refusal that is itself such an answer says it already.
                 Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
                     reason: match prior_error
                         .as_deref()
-                        .and_then(|e| e.find(decide::KEY_REUSED_MARK).map(|at| &e[at..]))
+                        .filter(|_| !error.contains(decide::KEY_REUSED_MARK))
+                        .and_then(|e| e.rfind(decide::KEY_REUSED_MARK).map(|at| &e[at..]))
                     {
                         Some(key_reused) => format!(
                             "{error}; an earlier attempt under this key may have applied, as the API had answered: \

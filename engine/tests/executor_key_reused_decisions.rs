@@ -259,3 +259,22 @@ async fn naive_a_refused_retry_after_an_edited_key_reused_step_is_not_resent() {
         assert_eq!(status, RunStatus::Failed, "{name}: naive fails a step refused for good: {reason}");
     }
 }
+
+/// Each person's retry of a keyed step answered `[key-reused]` is answered `[key-reused]` again: the record and the
+/// pause say so once, however many refusals follow. (Found by QA, stop 51: the first fix kept the earlier reason from
+/// its first mark onward, so each refusal added a copy.)
+#[tokio::test]
+async fn repeated_key_reused_refusals_do_not_pile_up_in_the_reason() {
+    for (name, ledger) in ledgers() {
+        let keyed = keyed("charge", 24 * 3600 * 1000, false);
+        let (e, api, key) = paused_at_key_reused(name, &ledger, keyed, &[Fate::KeyReused; 6]).await;
+        for round in 1..=4 {
+            assert_eq!(e.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Paused, "{name}");
+            assert_eq!(api.calls().len(), round + 1, "{name}: one call per retry");
+            let error = ledger.get(&key).unwrap().unwrap().error.unwrap_or_default();
+            let reason = reason_of(ledger.as_ref(), "r");
+            assert_eq!(error.matches(KEY_REUSED_MARK).count(), 1, "{name}, round {round}: {error}");
+            assert_eq!(reason.matches(KEY_REUSED_MARK).count(), 1, "{name}, round {round}: {reason}");
+        }
+    }
+}

@@ -750,6 +750,37 @@ async fn a_late_success_between_the_read_and_the_retrys_claim_is_replayed_and_th
     let _ = s.late_answer(Answer::Fail).await;
 }
 
+/// ann decides retry while the at-most-once payout's attempt is in doubt (`started`, its lease expired): nothing says
+/// yet that it applied, so the decision is filed. The attempt's answer lands between the drive's read of the key and
+/// the retry's claim: applied, with an output that cannot be stored (`[unstorable]`). The retry is withdrawn and the
+/// run pauses again, saying why: the payout is not sent again, and the retry is not reported as applied. (Found by
+/// QA, stop 51: the drive claimed and sent it, two payouts.)
+#[tokio::test]
+async fn a_late_unstorable_answer_between_the_read_and_the_retrys_claim_withdraws_the_retry() {
+    let inner = memory_ledger();
+    let hooked = Hooked::new(inner.clone());
+    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
+    record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
+    let key = s.key;
+    Hooked::on(&hooked.before_resolutions, move |l| {
+        let reason = format!(
+            "{}the API answered that the step applied, but its output cannot be stored; the answer: {{\"id\":1e400}}",
+            engine::decide::UNSTORABLE_MARK
+        );
+        l.complete(&key, 1, Completion::Unknown { reason }, 0).unwrap();
+    });
+    let recorder = Recorder::new();
+    let c = s.engine("wC", recorder.clone());
+    let status = c.drive("r").await.unwrap();
+    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the answer landed in between");
+    assert_eq!((status, s.bank.calls()), (RunStatus::Paused, 1), "{:?}", recorder.lines());
+    assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
+    let reason = s.run().reason.unwrap_or_default();
+    assert!(reason.contains("the decision to retry would send again a step the API answered as applied"), "{reason}");
+    assert!(reason.contains(r#"the answer: {"id":1e400}"#), "the answer to mark it done from: {reason}");
+    let _ = s.late_answer(Answer::Fail).await;
+}
+
 /// Two drives of the run take ann's retry at once (`resolve` drives it while a worker resumes
 /// it). C's claim wins; D's loses and D keeps its `person_retry` flag, then waits on C's lease. C's retry times out
 /// (unknown) and C pauses the run, its pause's commit slow. D's lease wait now looks within ~100 ms of C's attempt
