@@ -92,11 +92,16 @@ impl<'a> InPlace<'a> {
 }
 
 /// The file a write to `path` reaches: `path` itself, or where its symbolic links lead, followed one by one (a link
-/// to a file not yet made leads to that file, which the write then makes, as the shell's `>` does). A loop of links,
-/// or more than 40 of them, is left to the write to refuse.
+/// to a file not yet made leads to that file, which the write then makes, as the shell's `>` does). A link into
+/// `/dev` or `/proc` (`/dev/stdout`, `/proc/self/fd/1`, whose link text names a pipe, `pipe:[N]`, not a path) is not
+/// followed: `path` is opened as it is, and the system follows it. A loop of links, or more than 40 of them, is left
+/// to the write to refuse.
 pub fn link_target(path: &Path) -> std::path::PathBuf {
     let mut at = path.to_path_buf();
     for followed in 0..40 {
+        if at.starts_with("/dev") || at.starts_with("/proc") {
+            return path.to_path_buf();
+        }
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.file_type().is_symlink() => {}
             _ if followed == 0 => return at,
@@ -256,6 +261,20 @@ mod tests {
         write_all([(link.as_path(), &b"new"[..])]).expect("written");
         assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink());
         assert_eq!(std::fs::read(dir.path().join("sub/new.json")).expect("made"), b"new");
+    }
+
+    /// `/dev/stdout` and a link to it are written through as they are, whatever standard output is (here a pipe,
+    /// whose `/proc/self/fd/1` link text is `pipe:[N]`, no path). (Found by QA, stop 51: the first `link_target`
+    /// followed it to `/proc/self/fd/pipe:[N]`.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn links_into_dev_and_proc_are_left_to_the_system() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let link = dir.path().join("out.json");
+        std::os::unix::fs::symlink("/dev/stdout", &link).expect("symlink");
+        assert_eq!(link_target(Path::new("/dev/stdout")), Path::new("/dev/stdout"));
+        assert_eq!(link_target(Path::new("/proc/self/fd/1")), Path::new("/proc/self/fd/1"));
+        assert_eq!(link_target(&link), link);
     }
 
     #[cfg(unix)]

@@ -261,6 +261,23 @@ fn results_to_dev_stdout_append_to_a_redirected_log() {
     assert!(text.contains("\"trace_hash\"") && text.contains("every invariant held"), "{text}");
 }
 
+/// `--json /dev/stdout` with standard output a pipe (`flowsim run --json /dev/stdout | jq`): the results go down the
+/// pipe after the run's own lines. (Found by QA, stop 51: refused before the run, "cannot write /dev/stdout", when the
+/// output check followed `/proc/self/fd/1` to its link text `pipe:[N]` as if it were a path.)
+#[test]
+fn results_to_dev_stdout_go_down_a_pipe() {
+    let out = Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["run", "--steps", "300", "--json", "/dev/stdout"])
+        .env("CI", "1")
+        .output()
+        .expect("flowsim runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let json = &stdout[stdout.find("\n{\n").expect("the results, on a line of their own") + 1..];
+    let results: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}:\n{json}"));
+    assert!(results["trace_hash"].is_string(), "{json}");
+}
+
 /// The same with standard output redirected to a new file (`> out.txt`, not appended to): the run's own lines and the
 /// results both stay whole, the results after the verdict and the repro line, ending in a newline. (Found by QA, stop
 /// 51: the verdict was printed after the results were written, through standard output's own offset, and wrote over
