@@ -623,6 +623,20 @@ pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {
     Key(*hasher.finalize().as_bytes())
 }
 
+/// Where an API's late answer that attempt `fence` of `key` applied is kept, when the answer came after another attempt
+/// had claimed the key (a person's retry, or a worker that took the key over once this attempt's lease expired): a
+/// write-once plan slot holding the answer's canonical output. The key's record does not hold it (the late write is
+/// fenced off, and the newer attempt's outcome stands), so without it an effect the API made would be recorded
+/// nowhere: for an at-most-once action whose retry also applied, the second of two effects. `flow show` lists it
+/// beside the key (`late_applied`).
+pub fn late_applied_marker(key: &Key, fence: u64) -> Key {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"flow/late-applied/v1");
+    hasher.update(&key.0);
+    hasher.update(&fence.to_le_bytes());
+    Key(*hasher.finalize().as_bytes())
+}
+
 /// Where the time of a keyed key's first attempt is kept once it is retried (a write-once plan slot, as decimal
 /// text): the retention window of a keyed API runs from it. `flow show` gives it beside the key's record.
 pub fn first_attempt_marker(key: &Key) -> Key {
@@ -1795,8 +1809,19 @@ impl Engine {
             let succeeded = matches!(completion, Completion::Succeeded { .. });
             match self.ledger.complete(&key, fence, completion, ended_ms) {
                 Ok(()) => {}
-                // Our lease was taken over while we called: the new owner decides; read again.
-                Err(ledger::Error::Fenced { .. }) => continue,
+                // Our lease was taken over while we called: the new owner decides; read again. An answer that the
+                // step applied is kept beside the key ([`late_applied_marker`]) while the run is there to keep it
+                // under: the key's record will not say so.
+                Err(ledger::Error::Fenced { .. }) => {
+                    if succeeded && let Outcome::Applied(output) = &outcome {
+                        let mut run_held = false;
+                        self.ledger.inspect_run(run_id, &mut |run| run_held = run.is_some())?;
+                        if run_held && let Ok(bytes) = canonical::to_vec(output) {
+                            self.ledger.record_plan(run_id, &late_applied_marker(&key, fence), &bytes, ended_ms)?;
+                        }
+                    }
+                    continue;
+                }
                 Err(ledger::Error::OutputConflict { key }) => {
                     panic!("key {key} succeeded twice with different outputs: two executions of one key")
                 }

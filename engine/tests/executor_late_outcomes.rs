@@ -15,7 +15,7 @@ use common::hooked::Hooked;
 use common::*;
 use engine::clock::{Clock, RuntimeClock};
 use engine::connector::{ActionSpec, BoxFuture, Connector, LookupOutcome, NotApplied, Outcome, Request};
-use engine::executor::{Engine, EngineConfig, Error, record_resolution};
+use engine::executor::{Engine, EngineConfig, Error, late_applied_marker, record_resolution};
 use engine::key::Key;
 use engine::ledger::{Completion, Ledger, Resolution, ResolutionRecord, RunStatus, Status, paused_key};
 use serde_json::{Value, json};
@@ -513,7 +513,8 @@ async fn a_retry_filed_before_the_late_answer() {
 
 /// A's late answer after the person's decision was applied and another worker drove the key: refused (fenced),
 /// whatever it brings, and the newer outcome stands. Retry: the claim moved the fence (A's effect and the retry's are
-/// two, as the person decided; A's answer is not recorded anywhere, as a fenced write is dropped). Mark-done: the
+/// two, as the person decided; A's answer that it applied is kept beside the key, `late_applied_marker`, so that the
+/// second effect is on record: it was dropped until stop 51). Mark-done: the
 /// person's output stands. Mid-flight (C's retry call not yet answered): every fence-1 write is refused. Abort: no
 /// claim, so A's late "applied" is accepted on the key, and the run stays failed, "aborted by ann".
 #[tokio::test]
@@ -539,6 +540,9 @@ async fn a_late_answer_after_the_decision_was_applied_is_fenced() {
                     assert_eq!(status, RunStatus::Succeeded, "{case}");
                     assert_eq!(after, before, "{case}: the newer outcome stands");
                     assert_eq!(before.fence, 2, "{case}");
+                    // A's answer that it applied is kept beside the key, under A's fence.
+                    let kept = s.ledger.get_plan(&late_applied_marker(&s.key, 1)).unwrap();
+                    assert_eq!(text(kept.as_deref()).as_deref(), Some(LATE_X), "{case}: A's late answer is kept");
                     let direct = s.ledger.complete(&s.key, 1, Completion::Failed { error: "late".into() }, 0);
                     assert!(matches!(direct, Err(engine::ledger::Error::Fenced { .. })), "{case}: {direct:?}");
                     assert_eq!(s.notified().len(), 1, "{case}");
@@ -578,6 +582,34 @@ async fn a_late_answer_while_the_persons_retry_is_in_flight_is_fenced() {
         assert_eq!(text(s.record().output.as_deref()).as_deref(), Some(r#"{"id":"retry-Z"}"#), "{name} {why:?}");
         assert_eq!(s.notified(), [json!("retry-Z")], "{name} {why:?}");
     }
+}
+
+/// Through the admin CLI: a person's retry is sent and applied, and then A's late answer says A's attempt applied
+/// too (two payouts at an at-most-once API). `flow show` lists A's answer beside the key (`late_applied`, with A's
+/// fence), so the second effect is on record; a late failure is not listed. (Stop 51: it was recorded nowhere.)
+#[tokio::test]
+async fn flow_show_lists_a_late_applied_answer_fenced_off_by_a_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+    let mut s = stage("file", ledger, Why::AtMostOnce).await;
+    let c = s.engine("wC", Recorder::new());
+    assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(s.late_answer(late_x()).await.unwrap(), RunStatus::Succeeded);
+    assert_eq!(s.bank.effects().len(), 2, "A's payout and the retry's");
+    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
+    assert_eq!(code, 0, "{stderr}");
+    let shown: Value = serde_json::from_str(&stdout).unwrap();
+    let key = s.key.to_string();
+    let step = shown["steps"].as_array().unwrap().iter().find(|step| step["key"] == json!(key)).unwrap();
+    assert_eq!(step["late_applied"], json!([{"fence": 1, "output": {"id": "late-X"}}]), "{stdout}");
+    assert_eq!(step["fence"], json!(2), "{stdout}");
+    assert_eq!(shown["plans"], json!([]), "the marker is shown with its key, not as a plan: {stdout}");
 }
 
 /// Through the admin CLI, on a ledger file: `flow show` puts A's late success beside the pause (`paused_here`,

@@ -593,6 +593,17 @@ struct ShownStep {
     output: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The API's answers that an earlier attempt of this key applied, which came after a later attempt had claimed
+    /// the key (`engine::executor::late_applied_marker`): effects the record above does not hold.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    late_applied: Vec<ShownLate>,
+}
+
+/// An earlier attempt's late answer that it applied (see [`ShownStep::late_applied`]).
+#[derive(serde::Serialize)]
+struct ShownLate {
+    fence: u64,
+    output: serde_json::Value,
 }
 
 /// A plan of writes a step recorded before its first write (a writes step's list, an agent step's model plan),
@@ -644,7 +655,7 @@ fn show(path: &Path, run: &str) -> ExitCode {
         Err(code) => return code,
     };
     // A retried keyed key's first attempt is filed among the plans under a key of its own: shown with the key.
-    let mut first_attempt = |key: &engine::key::Key| {
+    let first_attempt = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key| {
         let marker = engine::executor::first_attempt_marker(key);
         let at = plans.iter().position(|(k, _)| *k == marker)?;
         let (_, text) = plans.remove(at);
@@ -652,6 +663,18 @@ fn show(path: &Path, run: &str) -> ExitCode {
             Some(ms) => utc(ms),
             None => format!("unreadable: {:?}", String::from_utf8_lossy(&text)),
         })
+    };
+    // So is an earlier attempt's late answer that it applied, one per fence the key has moved past.
+    let late_applied = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key, fence: u64| {
+        let mut late = Vec::new();
+        for earlier in 1..fence {
+            let marker = engine::executor::late_applied_marker(key, earlier);
+            if let Some(at) = plans.iter().position(|(k, _)| *k == marker) {
+                let (_, output) = plans.remove(at);
+                late.push(ShownLate { fence: earlier, output: stored_json(&output) });
+            }
+        }
+        late
     };
     let paused_at = (record.status == engine::ledger::RunStatus::Paused)
         .then(|| record.reason.as_deref().and_then(engine::ledger::paused_key))
@@ -668,13 +691,14 @@ fn show(path: &Path, run: &str) -> ExitCode {
         steps: steps
             .into_iter()
             .map(|step| ShownStep {
+                first_attempt: first_attempt(&mut plans, &step.key),
+                late_applied: late_applied(&mut plans, &step.key, step.fence),
                 paused_here: paused_at == Some(step.key),
                 step: step.step_id.to_string(),
                 action: step.action.to_string(),
                 key: step.key.to_string(),
                 status: step.status.as_str(),
                 attempts: step.attempt_count,
-                first_attempt: first_attempt(&step.key),
                 last_attempt: utc(step.last_attempt_ms),
                 owner: step.owner.to_string(),
                 fence: step.fence,
