@@ -6,7 +6,7 @@
 //! The temporary files and their renames are `tempfile`'s (`NamedTempFile::persist`), which removes a temporary file
 //! that is not persisted. The target of a symbolic link is written, not the link (the link stays a link). A file a
 //! rename would not replace faithfully is written in place instead: a device or stream (`/dev/null`, `/dev/full`,
-//! `/dev/stdout`, `/proc/self/fd/1`), a file with a second hard link or another owner or group, and a file in a
+//! `/dev/stdout`, `/proc/self/fd/1`, or a link to one: [`reach`]), a file with a second hard link or another owner or group, and a file in a
 //! directory this process may not create files in. Such a file is opened (not truncated) with the others' temporary
 //! files, so one that cannot be opened stops the set before anything is written; but its write cannot be taken back,
 //! so it comes after every other file of the set is renamed into place: a device that fails there (`/dev/full`, a full
@@ -91,29 +91,53 @@ impl<'a> InPlace<'a> {
     }
 }
 
-/// The file a write to `path` reaches: `path` itself, or where its symbolic links lead, followed one by one (a link
-/// to a file not yet made leads to that file, which the write then makes, as the shell's `>` does). A link into
-/// `/dev` or `/proc` (`/dev/stdout`, `/proc/self/fd/1`, whose link text names a pipe, `pipe:[N]`, not a path) is not
-/// followed: `path` is opened as it is, and the system follows it. A loop of links, or more than 40 of them, is left
-/// to the write to refuse.
-pub fn link_target(path: &Path) -> std::path::PathBuf {
+/// Where a write to a path lands ([`reach`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// The file to write: where the path's symbolic links lead, followed one by one (a link to a file not yet made
+    /// leads to that file, which the write then makes, as the shell's `>` does); the path itself when it is no link,
+    /// or when it passes through `/proc`.
+    pub target: PathBuf,
+    /// The path, or a link on its way, is in `/proc` (`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`, a link to one
+    /// of them): a file this process holds open, such as the one the shell redirected standard output to, or a
+    /// pipe. Its link text (`pipe:[N]`) is no path, and a rename would unlink a redirected file from under the
+    /// shell: the path is opened as it is, for the system to follow, written in place and appended to (it has an
+    /// offset of its own, and a redirected log's earlier lines stay).
+    pub through_proc: bool,
+}
+
+/// Where a write to `path` lands: see [`Reach`]. Each step of the way is judged with its directory resolved (so
+/// `../../proc/self/fd/1` and `/tmp/../dev/stdout` are what they name). A loop of links, or more than 40 of them, is
+/// left to the write to refuse.
+pub fn reach(path: &Path) -> Reach {
+    // `at` with its directory resolved, when that directory exists.
+    let resolved = |at: &Path| -> PathBuf {
+        let (dir, name) = match (at.parent(), at.file_name()) {
+            (Some(dir), Some(name)) if dir.as_os_str().is_empty() => (Path::new("."), name),
+            (Some(dir), Some(name)) => (dir, name),
+            _ => return at.to_path_buf(),
+        };
+        std::fs::canonicalize(dir).map_or_else(|_| at.to_path_buf(), |dir| dir.join(name))
+    };
+    let given = |through_proc| Reach { target: path.to_path_buf(), through_proc };
     let mut at = path.to_path_buf();
     for followed in 0..40 {
-        if at.starts_with("/dev") || at.starts_with("/proc") {
-            return path.to_path_buf();
+        let here = resolved(&at);
+        if here.starts_with("/proc") {
+            return given(true);
         }
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.file_type().is_symlink() => {}
-            _ if followed == 0 => return at,
-            _ => return std::fs::canonicalize(&at).unwrap_or(at),
+            _ if followed == 0 => return given(false),
+            _ => return Reach { target: std::fs::canonicalize(&at).unwrap_or(here), through_proc: false },
         }
-        let Ok(next) = std::fs::read_link(&at) else { return path.to_path_buf() };
+        let Ok(next) = std::fs::read_link(&at) else { return given(false) };
         at = match at.parent() {
             Some(dir) if next.is_relative() => dir.join(next),
             _ => next,
         };
     }
-    path.to_path_buf()
+    given(false)
 }
 
 /// Writes every `(path, bytes)` of `files`: those that can be renamed into place all or none, then those written in
@@ -125,17 +149,18 @@ pub fn write_all<'a>(files: impl IntoIterator<Item = (&'a Path, &'a [u8])>) -> R
     for (path, bytes) in files {
         let error = |source| WriteError { path: path.to_path_buf(), source };
         // A link is followed, so that its target is written and the link stays.
-        let target = link_target(path);
+        let Reach { target, through_proc } = reach(path);
         let existing = match std::fs::metadata(&target) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(error(e)),
         };
-        // A rename would not write through a device or a stream (`/dev/stdout` leads to the file the shell
-        // redirected it to, which a rename would unlink from under the shell): these are written in place.
-        // Appended: `/dev/stdout` opened anew has an offset of its own, and truncating or writing from the start
-        // would overwrite what the stream (a redirected log) already holds.
-        let append = path.starts_with("/dev") || path.starts_with("/proc");
+        // A rename would not write through a device or a stream, nor through a file this process holds open
+        // (`/dev/stdout` leads to the file the shell redirected it to, which a rename would unlink from under the
+        // shell): these are written in place. The latter are appended to: `/dev/stdout` opened anew has an offset of
+        // its own, and truncating or writing from the start would overwrite what the stream (a redirected log)
+        // already holds. A regular file under `/dev` (`/dev/shm`) is a file like any other.
+        let append = through_proc;
         if existing.as_ref().is_some_and(std::fs::Metadata::is_dir) {
             return Err(error(std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory")));
         }
@@ -263,18 +288,56 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join("sub/new.json")).expect("made"), b"new");
     }
 
-    /// `/dev/stdout` and a link to it are written through as they are, whatever standard output is (here a pipe,
-    /// whose `/proc/self/fd/1` link text is `pipe:[N]`, no path). (Found by QA, stop 51: the first `link_target`
-    /// followed it to `/proc/self/fd/pipe:[N]`.)
+    /// `/dev/stdout`, `/proc/self/fd/1`, a relative spelling of one and a link to one pass through `/proc`: left to the
+    /// system to follow, whatever standard output is (a pipe's link text is `pipe:[N]`, no path). A device is not,
+    /// and neither is a regular file under `/dev`. (Found by QA, stop 51: the first version followed the link text
+    /// as a path, and a later one judged only the spelling given.)
     #[cfg(target_os = "linux")]
     #[test]
-    fn links_into_dev_and_proc_are_left_to_the_system() {
+    fn what_passes_through_proc_is_left_to_the_system() {
         let dir = tempfile::tempdir().expect("tempdir");
         let link = dir.path().join("out.json");
         std::os::unix::fs::symlink("/dev/stdout", &link).expect("symlink");
-        assert_eq!(link_target(Path::new("/dev/stdout")), Path::new("/dev/stdout"));
-        assert_eq!(link_target(Path::new("/proc/self/fd/1")), Path::new("/proc/self/fd/1"));
-        assert_eq!(link_target(&link), link);
+        let depth = dir.path().components().count();
+        let relative = format!("{}proc/self/fd/1", "../".repeat(depth));
+        for path in ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", "/tmp/../dev/stdout"].map(Path::new) {
+            assert_eq!(reach(path), Reach { target: path.to_path_buf(), through_proc: true }, "{}", path.display());
+        }
+        assert!(reach(&dir.path().join(&relative)).through_proc, "{relative}");
+        assert_eq!(reach(&link), Reach { target: link.clone(), through_proc: true });
+        assert!(!reach(Path::new("/dev/null")).through_proc);
+    }
+
+    /// A link to a file this process holds open, through `/proc/self/fd/N`: the file is appended to, and the link
+    /// stays a link. (Found by QA, stop 51: with a link to `/dev/stdout`, the link was replaced by a file.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_link_to_an_open_file_through_proc_is_appended_to_and_stays_a_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("log.txt");
+        std::fs::write(&log, b"EARLIER\n").expect("write");
+        let held = std::fs::OpenOptions::new().append(true).open(&log).expect("open");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&held);
+        let link = dir.path().join("out.json");
+        std::os::unix::fs::symlink(format!("/proc/self/fd/{fd}"), &link).expect("symlink");
+        write_all([(link.as_path(), &b"new\n"[..])]).expect("written");
+        assert!(std::fs::symlink_metadata(&link).expect("stat").file_type().is_symlink(), "the link stays");
+        assert_eq!(std::fs::read(&log).expect("read"), b"EARLIER\nnew\n");
+    }
+
+    /// A regular file under `/dev` (`/dev/shm`) is written as any file is: made when it is not there, replaced whole
+    /// when it is. (Found by QA, stop 51: a new one passed the check and then failed, an old one was appended to.)
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_regular_file_under_dev_is_a_file_like_any_other() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("skipped: no /dev/shm here");
+            return;
+        };
+        let file = dir.path().join("out.json");
+        write_all([(file.as_path(), &b"first"[..])]).expect("made");
+        write_all([(file.as_path(), &b"second"[..])]).expect("replaced");
+        assert_eq!(std::fs::read(&file).expect("read"), b"second");
     }
 
     #[cfg(unix)]

@@ -75,8 +75,8 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
         return Err("an output file's name is empty".into());
     }
     // A symbolic link's target is what is written (`reports::files::write_all`), made if it is not there yet: the
-    // checks below are of it, and name the link.
-    let target = reports::files::link_target(path);
+    // checks below are of it, and name the link. (A path through `/proc` is its own target: the system follows it.)
+    let target = reports::files::reach(path).target;
     let path = target.as_path();
     if path.is_dir() {
         return Err(format!("cannot write {shown}: it is a directory"));
