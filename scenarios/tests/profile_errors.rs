@@ -75,9 +75,22 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
              crashed worker held waits out the lease, then the lookup's lag bound, then the lookup, then its call",
         ),
         (
-            "[world]\nlease_ms = 1000\n[connectors.payments]\nlookup_wait_ms = 1000\nlatency_ms_median = 215999000\n\
-             latency_ms_p99 = 215999000\n",
+            "[world]\nlease_ms = 200000001\n[connectors.payments]\nlookup_wait_ms = 31999999\n\
+             latency_ms_median = 100000000\nlatency_ms_p99 = 100000000\n",
             "= 432000000 ms is not shorter than the heal phase",
+        ),
+        // A lookup that takes half the lease leaves no create ever sent.
+        (
+            "[world]\nlease_ms = 1000\n[connectors.contacts]\nlatency_ms_median = 500\nlatency_ms_p99 = 600\n",
+            "connectors.contacts.latency_ms_median 500 is not shorter than half of world.lease_ms 1000: a create is \
+             sent only while half its lease is left",
+        ),
+        // A call in doubt as the chaos ends, a person, and the call the person sends again.
+        (
+            "[world]\nperson_share = 0.5\nperson_delay_ms = 431970000\n",
+            "connectors.contacts.timeout_ms 30000 + world.person_delay_ms 431970000 + connectors.contacts.latency_ms_p99 \
+             (the person's retry) 600 = 432000600 ms is not shorter than the heal phase (world.heal_s_max = 432000 s): a \
+             run whose call to contacts ends in doubt as the chaos ends waits for its answer, then for a person",
         ),
         (
             "[world]\nlease_ms = 1000\n[connectors.payouts]\nlatency_ms_median = 431999000\nlatency_ms_p99 = 431999000\n",
@@ -126,16 +139,16 @@ fn an_integer_knob_too_large_for_its_type_is_named() {
 }
 
 /// A wait 1 ms shorter than the heal phase fits, and so do the waits that follow a crash, a lease, a lookup's lag bound,
-/// the lookup and the call, together 2 ms shorter; a person's delay counts only when a person looks at paused runs.
+/// the lookup and the call, together 1 ms shorter; a person's delay counts only when a person looks at paused runs.
 #[test]
 fn waits_within_the_heal_phase_are_accepted() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let file = dir.path().join("profile.toml");
     for toml in [
-        "[world]\nperson_share = 0.5\nperson_delay_ms = 431999999\n",
+        "[world]\nperson_share = 0.5\nperson_delay_ms = 431000000\n",
         "[world]\nperson_share = 0.0\nperson_delay_ms = 604800000\n",
-        "[world]\nlease_ms = 1000\n[connectors.payments]\nlookup_wait_ms = 1000\nlatency_ms_median = 215998999\n\
-         latency_ms_p99 = 215998999\n",
+        "[world]\nlease_ms = 200000001\n[connectors.payments]\nlookup_wait_ms = 31999998\n\
+         latency_ms_median = 100000000\nlatency_ms_p99 = 100000000\n",
         "[world]\nlease_ms = 1000\n[connectors.payouts]\nlatency_ms_median = 431998999\nlatency_ms_p99 = 431998999\n",
     ] {
         std::fs::write(&file, toml).expect("write");

@@ -188,7 +188,7 @@ pub fn resolve(base: &Profile, spec: &ProfileSpec, seed: u64, swarm: bool) -> Re
     validate_world(&profile, &|path: &str| drawn(path).then(|| format!(" (drawn from seed {seed})")))?;
     crate::workflows::validate_lookup_waits(&profile).map_err(Error)?;
     crate::workflows::validate_defined(&profile).map_err(Error)?;
-    validate_takeover_waits(&profile)?;
+    validate_chained_waits(&profile)?;
     Ok(profile)
 }
 
@@ -216,10 +216,11 @@ fn latency_knob(c: &FaultProfile) -> (&'static str, u64) {
 /// [`validate_world`] refuses every wait a run may have to sit out whole after the chaos that is as long as the heal
 /// phase. Some follow one another, though: a key a crashed worker held is taken over once its lease expires, a new
 /// owner's lookup waits out the connector's lag bound from that expiry and takes its latency, and the call then takes
-/// its own. Each
-/// alone may fit while together they do not, and every run such a crash left would fail I8 for the profile's doing
-/// (found by QA, stop 51: a lease and a lookup wait of 600 s each, in a heal phase of 1,000 s, failed I8).
-fn validate_takeover_waits(profile: &Profile) -> Result<(), Error> {
+/// its own. Each alone may fit while together they do not, and every run such a crash left would fail I8 for the
+/// profile's doing (found by QA, stop 51: a lease and a lookup wait of 600 s each, in a heal phase of 1,000 s, failed
+/// I8). So do a call in doubt, a person's delay and the call the person sends again; and a lookup must leave a create
+/// time to be sent within half its lease.
+fn validate_chained_waits(profile: &Profile) -> Result<(), Error> {
     let w = &profile.world;
     let heal_ms = w.heal_s_max.saturating_mul(1000);
     for (name, c) in &profile.connectors {
@@ -234,17 +235,55 @@ fn validate_takeover_waits(profile: &Profile) -> Result<(), Error> {
             terms.push(knob(format!("connectors.{name}.{latency} (the lookup)"), ms));
         }
         terms.push(knob(format!("connectors.{name}.{latency}"), ms));
-        let total = terms.iter().fold(0u64, |sum, (_, ms)| sum.saturating_add(*ms));
-        if total >= heal_ms {
+        let sum = |terms: &[(String, u64)]| {
+            let total = terms.iter().fold(0u64, |sum, (_, ms)| sum.saturating_add(*ms));
             let named: Vec<&str> = terms.iter().map(|(text, _)| text.as_str()).collect();
+            (total, format!("{} = {total} ms", named.join(" + ")))
+        };
+        let (total, named) = sum(&terms);
+        if total >= heal_ms {
             let then = if looks { "the lease, then the lookup's lag bound, then the lookup" } else { "the lease" };
             return Err(Error(format!(
-                "{} = {total} ms is not shorter than the heal phase (world.heal_s_max = {} s): a key of {name} that a \
+                "{named} is not shorter than the heal phase (world.heal_s_max = {} s): a key of {name} that a \
                  crashed worker held waits out {then}, then its call, after the chaos ends, and its run could not \
                  end within the heal phase (I8); shorten them, or lengthen heal_s_max",
-                named.join(" + "),
                 w.heal_s_max
             )));
+        }
+        // A create is sent only while half its lease is left (the other half is the request's transit), and the
+        // lookup before it is made after the claim: a lookup that takes half the lease leaves no create ever sent,
+        // every attempt "not sent" until they run out (found by QA, stop 51).
+        if looks && c.latency_ms_median.saturating_mul(2) >= w.lease_ms {
+            return Err(Error(format!(
+                "connectors.{name}.latency_ms_median {} is not shorter than half of world.lease_ms {}: a create is \
+                 sent only while half its lease is left, and the lookup before it takes that long, so none would be \
+                 sent; lengthen lease_ms to more than twice the latency",
+                c.latency_ms_median, w.lease_ms
+            )));
+        }
+        // A run whose call was in flight as the chaos ended, answered (or timed out) as indeterminate, waits for a
+        // person, who sends it again (found by QA, stop 51: 2 days, 3 and 2 in a heal phase of 5).
+        if w.person_share > 0.0 {
+            let first = if c.timeout_ms > ms {
+                knob(format!("connectors.{name}.timeout_ms"), c.timeout_ms)
+            } else {
+                knob(format!("connectors.{name}.{latency}"), ms)
+            };
+            let terms = [
+                first,
+                knob("world.person_delay_ms".to_owned(), w.person_delay_ms),
+                knob(format!("connectors.{name}.{latency} (the person's retry)"), ms),
+            ];
+            let (total, named) = sum(&terms);
+            if total >= heal_ms {
+                return Err(Error(format!(
+                    "{named} is not shorter than the heal phase (world.heal_s_max = {} s): a run whose call to {name} \
+                     ends in doubt as the chaos ends waits for its answer, then for a person, then for the call the \
+                     person sends again, and could not end within the heal phase (I8); shorten them, or lengthen \
+                     heal_s_max",
+                    w.heal_s_max
+                )));
+            }
         }
     }
     Ok(())
