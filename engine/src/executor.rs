@@ -625,10 +625,12 @@ pub fn naive_attempt_key(key: &Key, attempt: u32) -> Key {
 
 /// Where an API's late answer that attempt `fence` of `key` applied is kept, when the answer came after another attempt
 /// had claimed the key (a person's retry, or a worker that took the key over once this attempt's lease expired): a
-/// write-once plan slot holding the answer's canonical output. The key's record does not hold it (the late write is
-/// fenced off, and the newer attempt's outcome stands), so without it an effect the API made would be recorded
-/// nowhere: for an at-most-once action whose retry also applied, the second of two effects. `flow show` lists it
-/// beside the key (`late_applied`).
+/// write-once plan slot holding the answer's canonical output (or, for an output that cannot be stored, the reason
+/// that says so, starting [`decide::UNSTORABLE_MARK`]). The key's record does not hold it (the late write is fenced
+/// off, and the newer attempt's outcome stands), so without it an effect the API made could be recorded nowhere: for
+/// an at-most-once action whose retry also applied, the first of two effects. (For a keyed or lookup-before-create
+/// action it is usually the very effect the newer attempt adopted.) `flow show` lists it beside the key
+/// (`late_applied`).
 pub fn late_applied_marker(key: &Key, fence: u64) -> Key {
     let mut hasher = blake3::Hasher::new();
     hasher.update(b"flow/late-applied/v1");
@@ -1794,7 +1796,7 @@ impl Engine {
                 Completion::Failed { error } if earlier_maybe_applied => Completion::Unknown {
                     reason: match prior_error
                         .as_deref()
-                        .filter(|_| !error.contains(decide::KEY_REUSED_MARK))
+                        .filter(|_| !error.starts_with(decide::KEY_REUSED_MARK))
                         .and_then(|e| e.rfind(decide::KEY_REUSED_MARK).map(|at| &e[at..]))
                     {
                         Some(key_reused) => format!(
@@ -1811,13 +1813,17 @@ impl Engine {
                 Ok(()) => {}
                 // Our lease was taken over while we called: the new owner decides; read again. An answer that the
                 // step applied is kept beside the key ([`late_applied_marker`]) while the run is there to keep it
-                // under: the key's record will not say so.
+                // under: the key's record will not say so. An output that cannot be stored is kept as the reason
+                // that says so (marked [`decide::UNSTORABLE_MARK`], with the answer shortened).
                 Err(ledger::Error::Fenced { .. }) => {
-                    if succeeded && let Outcome::Applied(output) = &outcome {
+                    if let Outcome::Applied(output) = &outcome {
                         let mut run_held = false;
                         self.ledger.inspect_run(run_id, &mut |run| run_held = run.is_some())?;
-                        if run_held && let Ok(bytes) = canonical::to_vec(output) {
-                            self.ledger.record_plan(run_id, &late_applied_marker(&key, fence), &bytes, ended_ms)?;
+                        if run_held {
+                            let kept = canonical::to_vec(output).unwrap_or_else(|e| {
+                                unstorable_reason("the API answered that the step applied", output, &e).into_bytes()
+                            });
+                            self.ledger.record_plan(run_id, &late_applied_marker(&key, fence), &kept, ended_ms)?;
                         }
                     }
                     continue;

@@ -589,27 +589,54 @@ async fn a_late_answer_while_the_persons_retry_is_in_flight_is_fenced() {
 /// fence), so the second effect is on record; a late failure is not listed. (Stop 51: it was recorded nowhere.)
 #[tokio::test]
 async fn flow_show_lists_a_late_applied_answer_fenced_off_by_a_retry() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flow.db");
-    let file = path.to_str().unwrap();
-    let options = engine::ledger::sqlite::Options {
-        synchronous: engine::ledger::sqlite::Synchronous::Normal,
-        ..Default::default()
-    };
-    let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
-    let mut s = stage("file", ledger, Why::AtMostOnce).await;
-    let c = s.engine("wC", Recorder::new());
-    assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded);
-    assert_eq!(s.late_answer(late_x()).await.unwrap(), RunStatus::Succeeded);
-    assert_eq!(s.bank.effects().len(), 2, "A's payout and the retry's");
-    let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
-    assert_eq!(code, 0, "{stderr}");
-    let shown: Value = serde_json::from_str(&stdout).unwrap();
-    let key = s.key.to_string();
-    let step = shown["steps"].as_array().unwrap().iter().find(|step| step["key"] == json!(key)).unwrap();
-    assert_eq!(step["late_applied"], json!([{"fence": 1, "output": {"id": "late-X"}}]), "{stdout}");
-    assert_eq!(step["fence"], json!(2), "{stdout}");
-    assert_eq!(shown["plans"], json!([]), "the marker is shown with its key, not as a plan: {stdout}");
+    let unstorable = json!({"id": "late-X", "ref": 18446744073709551615u64});
+    for late in [json!({"id": "late-X"}), unstorable] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flow.db");
+        let file = path.to_str().unwrap();
+        let options = engine::ledger::sqlite::Options {
+            synchronous: engine::ledger::sqlite::Synchronous::Normal,
+            ..Default::default()
+        };
+        let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+        let mut s = stage("file", ledger, Why::AtMostOnce).await;
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded);
+        assert_eq!(s.late_answer(Answer::Apply(late.clone())).await.unwrap(), RunStatus::Succeeded);
+        assert_eq!(s.bank.effects().len(), 2, "A's payout and the retry's");
+        let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
+        assert_eq!(code, 0, "{stderr}");
+        let shown: Value = serde_json::from_str(&stdout).unwrap();
+        let key = s.key.to_string();
+        let step = shown["steps"].as_array().unwrap().iter().find(|step| step["key"] == json!(key)).unwrap();
+        let kept = &step["late_applied"];
+        assert_eq!((&kept[0]["fence"], kept.as_array().map(Vec::len)), (&json!(1), Some(1)), "{stdout}");
+        if late["ref"].is_null() {
+            assert_eq!(kept[0], json!({"fence": 1, "output": {"id": "late-X"}}), "{stdout}");
+        } else {
+            let why = kept[0]["unstorable"].as_str().unwrap_or_default();
+            assert!(why.starts_with("[unstorable] the API answered that the step applied"), "{stdout}");
+            assert!(kept[0].get("output").is_none(), "{stdout}");
+        }
+        assert_eq!(step["fence"], json!(2), "{stdout}");
+        assert_eq!(shown["plans"], json!([]), "the marker is shown with its key, not as a plan: {stdout}");
+    }
+}
+
+/// The same when A's late answer holds an output that cannot be stored: what is kept is why, with the answer, marked
+/// `[unstorable]`. (QA, stop 51: the first version kept nothing then.)
+#[tokio::test]
+async fn a_late_applied_answer_that_cannot_be_stored_is_kept_as_why() {
+    for (name, ledger) in ledgers() {
+        let mut s = stage(name, ledger, Why::AtMostOnce).await;
+        let c = s.engine("wC", Recorder::new());
+        assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded, "{name}");
+        let late = Answer::Apply(json!({"id": "late-X", "ref": 18446744073709551615u64}));
+        assert_eq!(s.late_answer(late).await.unwrap(), RunStatus::Succeeded, "{name}");
+        let kept = text(s.ledger.get_plan(&late_applied_marker(&s.key, 1)).unwrap().as_deref()).unwrap_or_default();
+        assert!(kept.starts_with("[unstorable] the API answered that the step applied"), "{name}: {kept}");
+        assert!(kept.contains(r#""ref":18446744073709551615"#), "{name}: {kept}");
+    }
 }
 
 /// Through the admin CLI, on a ledger file: `flow show` puts A's late success beside the pause (`paused_here`,

@@ -594,16 +594,21 @@ struct ShownStep {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
     /// The API's answers that an earlier attempt of this key applied, which came after a later attempt had claimed
-    /// the key (`engine::executor::late_applied_marker`): effects the record above does not hold.
+    /// the key (`engine::executor::late_applied_marker`): for an at-most-once action, effects the record above does
+    /// not hold; for a keyed or lookup-before-create one, usually the effect it holds.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     late_applied: Vec<ShownLate>,
 }
 
-/// An earlier attempt's late answer that it applied (see [`ShownStep::late_applied`]).
+/// An earlier attempt's late answer that it applied (see [`ShownStep::late_applied`]): its output, or why the output
+/// could not be stored (the answer shortened in it).
 #[derive(serde::Serialize)]
 struct ShownLate {
     fence: u64,
-    output: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unstorable: Option<String>,
 }
 
 /// A plan of writes a step recorded before its first write (a writes step's list, an agent step's model plan),
@@ -670,8 +675,13 @@ fn show(path: &Path, run: &str) -> ExitCode {
         for earlier in 1..fence {
             let marker = engine::executor::late_applied_marker(key, earlier);
             if let Some(at) = plans.iter().position(|(k, _)| *k == marker) {
-                let (_, output) = plans.remove(at);
-                late.push(ShownLate { fence: earlier, output: stored_json(&output) });
+                let (_, kept) = plans.remove(at);
+                let unstorable = kept.starts_with(engine::decide::UNSTORABLE_MARK.as_bytes());
+                late.push(ShownLate {
+                    fence: earlier,
+                    output: (!unstorable).then(|| stored_json(&kept)),
+                    unstorable: unstorable.then(|| String::from_utf8_lossy(&kept).into_owned()),
+                });
             }
         }
         late
