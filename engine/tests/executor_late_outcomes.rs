@@ -584,21 +584,28 @@ async fn a_late_answer_while_the_persons_retry_is_in_flight_is_fenced() {
     }
 }
 
+/// A SQLite ledger in a file `flow.db` of `dir` (no fsync per commit: a test fixture), for the `flow` CLI to read.
+fn file_ledger(dir: &std::path::Path) -> (std::path::PathBuf, Arc<dyn Ledger>) {
+    let path = dir.join("flow.db");
+    let options = engine::ledger::sqlite::Options {
+        synchronous: engine::ledger::sqlite::Synchronous::Normal,
+        ..Default::default()
+    };
+    let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
+    (path, ledger)
+}
+
 /// Through the admin CLI: a person's retry is sent and applied, and then A's late answer says A's attempt applied
 /// too (two payouts at an at-most-once API). `flow show` lists A's answer beside the key (`late_applied`, with A's
-/// fence), so the second effect is on record; a late failure is not listed. (Stop 51: it was recorded nowhere.)
+/// fence), so the second effect is on record, and an answer whose output cannot be stored as why. (Stop 51: it was
+/// recorded nowhere.)
 #[tokio::test]
 async fn flow_show_lists_a_late_applied_answer_fenced_off_by_a_retry() {
     let unstorable = json!({"id": "late-X", "ref": 18446744073709551615u64});
     for late in [json!({"id": "late-X"}), unstorable] {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("flow.db");
+        let (path, ledger) = file_ledger(dir.path());
         let file = path.to_str().unwrap();
-        let options = engine::ledger::sqlite::Options {
-            synchronous: engine::ledger::sqlite::Synchronous::Normal,
-            ..Default::default()
-        };
-        let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
         let mut s = stage("file", ledger, Why::AtMostOnce).await;
         let c = s.engine("wC", Recorder::new());
         assert_eq!(c.resolve("r", Resolution::Retry, "ann").await.unwrap(), RunStatus::Succeeded);
@@ -645,13 +652,8 @@ async fn a_late_applied_answer_that_cannot_be_stored_is_kept_as_why() {
 #[tokio::test]
 async fn a_late_success_through_flow_show_and_flow_resolve() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flow.db");
+    let (path, ledger) = file_ledger(dir.path());
     let file = path.to_str().unwrap();
-    let options = engine::ledger::sqlite::Options {
-        synchronous: engine::ledger::sqlite::Synchronous::Normal,
-        ..Default::default()
-    };
-    let ledger: Arc<dyn Ledger> = Arc::new(engine::ledger::sqlite::SqliteLedger::open(&path, options).unwrap());
     let mut s = stage("file", ledger, Why::AtMostOnce).await;
     s.late_answer(late_x()).await.unwrap();
     let (code, stdout, stderr) = flow(&["show", "--ledger", file, "--run", "r"]);
@@ -752,6 +754,25 @@ async fn second_drive_waits_for_the_first_attempt(a_ahead_ms: u64) {
     }
 }
 
+/// A's payout attempt is in doubt (`started`, its lease expired) when ann files `decision`; A's answer, `answer` under
+/// fence 1, lands between the next drive's read of the key and its claim (when the drive reads the run's decisions).
+/// Drives the run once with worker C: the stage, C's recorded events and the status the drive ended with.
+async fn decided_then_answered_before_the_claim(
+    decision: Resolution,
+    answer: Completion,
+) -> (Staged, Arc<Recorder>, RunStatus) {
+    let hooked = Hooked::new(memory_ledger());
+    let s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
+    assert_eq!(s.record().status, Status::Started);
+    record_resolution(s.ledger.as_ref(), "r", &decision, "ann", s.clock.now_ms()).unwrap();
+    let key = s.key;
+    Hooked::on(&hooked.before_resolutions, move |l| l.complete(&key, 1, answer, 0).unwrap());
+    let recorder = Recorder::new();
+    let status = s.engine("wC", recorder.clone()).drive("r").await.unwrap();
+    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the answer landed in between");
+    (s, recorder, status)
+}
+
 /// ann marks the step done while the at-most-once payout's attempt is in doubt (`started`, its lease expired). The
 /// attempt's answer, a definite failure, lands between the drive's read of the key and its mark-done's claim (here:
 /// when the drive reads the run's decisions, in between). The run pauses again, as when the failure lands before the
@@ -761,19 +782,8 @@ async fn second_drive_waits_for_the_first_attempt(a_ahead_ms: u64) {
 /// decision as applied, `resolved mark-done`, before its claim conflicted.)
 #[tokio::test]
 async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run_again() {
-    let inner = memory_ledger();
-    let hooked = Hooked::new(inner.clone());
-    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
-    assert_eq!(s.record().status, Status::Started);
-    record_resolution(s.ledger.as_ref(), "r", &person_y(), "ann", s.clock.now_ms()).unwrap();
-    let key = s.key;
-    Hooked::on(&hooked.before_resolutions, move |l| {
-        l.complete(&key, 1, Completion::Failed { error: "503 unavailable".into() }, 0).unwrap();
-    });
-    let recorder = Recorder::new();
-    let c = s.engine("wC", recorder.clone());
-    let status = c.drive("r").await.unwrap();
-    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the failure landed in between");
+    let failed = Completion::Failed { error: "503 unavailable".into() };
+    let (mut s, recorder, status) = decided_then_answered_before_the_claim(person_y(), failed).await;
     // The decision was not applied, and is not reported as applied.
     assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
     assert_eq!((status, s.bank.effects().len()), (RunStatus::Paused, 0));
@@ -791,18 +801,8 @@ async fn a_late_failure_between_the_read_and_the_mark_dones_claim_pauses_the_run
 /// retry's claim.)
 #[tokio::test]
 async fn a_late_success_between_the_read_and_the_retrys_claim_is_replayed_and_the_retry_not_reported() {
-    let inner = memory_ledger();
-    let hooked = Hooked::new(inner.clone());
-    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
-    record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
-    let key = s.key;
-    Hooked::on(&hooked.before_resolutions, move |l| {
-        l.complete(&key, 1, Completion::Succeeded { output: LATE_X.as_bytes().to_vec() }, 0).unwrap();
-    });
-    let recorder = Recorder::new();
-    let c = s.engine("wC", recorder.clone());
-    let status = c.drive("r").await.unwrap();
-    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the success landed in between");
+    let succeeded = Completion::Succeeded { output: LATE_X.as_bytes().to_vec() };
+    let (mut s, recorder, status) = decided_then_answered_before_the_claim(Resolution::Retry, succeeded).await;
     assert_eq!((status, s.bank.calls()), (RunStatus::Succeeded, 1), "{:?}", recorder.lines());
     assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
     assert_eq!(s.notified(), [json!("late-X")]);
@@ -816,22 +816,12 @@ async fn a_late_success_between_the_read_and_the_retrys_claim_is_replayed_and_th
 /// QA, stop 51: the drive claimed and sent it, two payouts.)
 #[tokio::test]
 async fn a_late_unstorable_answer_between_the_read_and_the_retrys_claim_withdraws_the_retry() {
-    let inner = memory_ledger();
-    let hooked = Hooked::new(inner.clone());
-    let mut s = stage("memory (hooked)", hooked.clone(), Why::AtMostOnce).await;
-    record_resolution(s.ledger.as_ref(), "r", &Resolution::Retry, "ann", s.clock.now_ms()).unwrap();
-    let key = s.key;
-    Hooked::on(&hooked.before_resolutions, move |l| {
-        let reason = format!(
-            "{}the API answered that the step applied, but its output cannot be stored; the answer: {{\"id\":1e400}}",
-            engine::decide::UNSTORABLE_MARK
-        );
-        l.complete(&key, 1, Completion::Unknown { reason }, 0).unwrap();
-    });
-    let recorder = Recorder::new();
-    let c = s.engine("wC", recorder.clone());
-    let status = c.drive("r").await.unwrap();
-    assert!(hooked.before_resolutions.lock().unwrap().is_none(), "the answer landed in between");
+    let reason = format!(
+        "{}the API answered that the step applied, but its output cannot be stored; the answer: {{\"id\":1e400}}",
+        engine::decide::UNSTORABLE_MARK
+    );
+    let unknown = Completion::Unknown { reason };
+    let (mut s, recorder, status) = decided_then_answered_before_the_claim(Resolution::Retry, unknown).await;
     assert_eq!((status, s.bank.calls()), (RunStatus::Paused, 1), "{:?}", recorder.lines());
     assert_eq!(recorder.count("resolved "), 0, "{:?}", recorder.lines());
     let reason = s.run().reason.unwrap_or_default();
