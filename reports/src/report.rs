@@ -995,7 +995,7 @@ pub fn write_built(report: &Report, out_dir: &Path) -> Result<(), Error> {
     let files = [
         (out_dir.join("report.md"), render_markdown(report)),
         (out_dir.join("report.html"), render_html(report)),
-        (out_dir.join("report.json"), render_json(report)),
+        (out_dir.join("report.json"), render_json(report) + "\n"),
     ];
     // All three or none: a failure leaves the directory's earlier report whole.
     crate::files::write_all(files.iter().map(|(path, text)| (path.as_path(), text.as_bytes())))

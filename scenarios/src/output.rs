@@ -27,6 +27,24 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Sets standard output to append (`O_APPEND`) when it is a regular file (`flowsim ... > out.txt`). An output file
+/// written through standard output (`--json /dev/stdout`, or a link to it) is opened anew and appended to, with an
+/// offset of its own; the command's own lines, written through standard output's offset, would otherwise land on top
+/// of it (found by QA, stop 51: `report` and `sweep` wrote over the start of a report sent there). Appending, each
+/// write lands after the last, whichever file description made it. Done once, at start, before anything is written;
+/// a file the shell opened to append (`>>`) already is, and a pipe or a terminal has no offset to clash.
+pub fn append_when_stdout_is_a_file() {
+    use std::os::fd::AsFd as _;
+    let stdout = std::io::stdout();
+    let fd = stdout.as_fd();
+    let is_file = rustix::fs::fstat(fd)
+        .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile);
+    if is_file && let Ok(flags) = rustix::fs::fcntl_getfl(fd) {
+        // Failing leaves it as it was: the clash above, nothing worse.
+        let _ = rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::APPEND);
+    }
+}
+
 /// Writes `args` to standard error, as `eprint!` does, but returns quietly where `eprint!` panics (`flowsim canon
 /// 2>&1 | head -c 5` closes it early): there is no one left to tell, and the exit code still says what happened.
 pub fn write_stderr(args: std::fmt::Arguments<'_>) {
@@ -113,8 +131,10 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         use std::os::unix::fs::MetadataExt as _;
         return (x.dev(), x.ino()) == (y.dev(), y.ino());
     }
+    // Through its links (to a file not made yet, which the write makes: `reports::files::reach`).
     let resolved = |p: &Path| {
-        let p = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let p = reports::files::reach(p).target;
+        let p = std::path::absolute(&p).unwrap_or(p);
         match (p.parent().and_then(|d| std::fs::canonicalize(d).ok()), p.file_name()) {
             (Some(dir), Some(name)) => dir.join(name),
             _ => p,
@@ -196,6 +216,19 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("missing/new.json"), &nowhere).expect("symlink");
         let e = check_writable(&nowhere).expect_err("refused");
         assert!(e.starts_with(&format!("cannot write {}: ", nowhere.display())) && e.contains("does not exist"), "{e}");
+    }
+
+    /// Two outputs, one a link to a file not made yet and the other that file, are one file: refused. (Found by QA,
+    /// stop 51: `--json dl --trace new.json`, `dl -> new.json`, kept the trace and lost the results.)
+    #[cfg(unix)]
+    #[test]
+    fn a_link_to_a_file_not_yet_made_and_that_file_are_one_file() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (link, file) = (dir.path().join("dl"), dir.path().join("new.json"));
+        std::os::unix::fs::symlink("new.json", &link).expect("symlink");
+        let e = check_all([&Some(link.clone()), &Some(file)], &[]).expect_err("refused");
+        assert!(e.contains("are one file"), "{e}");
+        check_all([&Some(link), &Some(dir.path().join("other.json"))], &[]).expect("two files");
     }
 
     #[test]

@@ -106,3 +106,29 @@ mod simulated {
         assert_eq!(value["cases"].as_array().map(Vec::len), Some(1), "{text}");
     }
 }
+
+/// `report` with its `report.json` a link to standard output, itself redirected to a new file (`> out.txt`): the
+/// command's own lines and the report both stay whole, the report after them. (Found by QA, stop 51: the "written to"
+/// line, printed through standard output's own offset, overwrote the start of the report appended to the file.)
+#[test]
+fn a_report_sent_to_a_file_through_stdout_stays_whole() {
+    let dir = temp_dir("report-stdout");
+    let out_dir = dir.join("o");
+    std::fs::create_dir(&out_dir).expect("mkdir");
+    std::os::unix::fs::symlink("/dev/stdout", out_dir.join("report.json")).expect("symlink");
+    let captured = dir.join("out.txt");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["report", "docs/month/month-rules.json", "--out", path_str(&out_dir)])
+        .current_dir(root)
+        .stdout(std::fs::File::create(&captured).expect("create"))
+        .status()
+        .expect("flowsim runs");
+    assert_eq!(status.code(), Some(0));
+    let text = std::fs::read_to_string(&captured).expect("read");
+    // The report is written before the line that says so, each whole, one after the other.
+    let said = text.find("flowsim report: 1 result written to ").unwrap_or_else(|| panic!("no line in:\n{text}"));
+    let (report, line) = text.split_at(said);
+    assert!(report.ends_with("}\n") && line.ends_with('\n') && line.lines().count() == 1, "{text}");
+    serde_json::from_str::<serde_json::Value>(report).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+}
