@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{flow, ledger_with_paused_runs, live_writer, snapshot};
+use common::{flow, flow_in_time, ledger_with_paused_runs, live_writer, snapshot};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::path::Path;
@@ -191,30 +191,6 @@ fn paused_and_resolve_refuse_a_file_that_is_not_a_ledger() {
     let (code, _, stderr) = flow(&["paused", "--ledger", &dir.path().join("missing.db").to_string_lossy()]);
     assert_eq!((code, stderr.contains("no ledger at")), (2, true), "{stderr}");
     assert_eq!(snapshot(dir.path()), before);
-}
-
-/// `flow` run with `args`, given 20 s: a command that opened a FIFO would wait for a writer for ever.
-fn flow_in_time(args: &[&str]) -> (i32, String, String) {
-    use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_flow"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run flow");
-    for _ in 0..2_000 {
-        if child.try_wait().expect("wait for flow").is_some() {
-            let out = child.wait_with_output().expect("flow's output");
-            return (
-                out.status.code().unwrap_or(-1),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    child.kill().expect("stop flow");
-    panic!("{args:?}: flow did not finish within 20 s (did it open a FIFO?)");
 }
 
 /// What `dir` holds: each name with its kind of file, and a regular file's bytes (nothing else is opened).

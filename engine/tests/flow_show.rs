@@ -197,6 +197,43 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
     );
 }
 
+/// A damaged step record whose fence is 2^63 − 1, in a run that has a plan: `show` answers at once (it looks for an
+/// earlier attempt's late answer at the last 10,000 fences, while any plan is left), and the plan is listed. (Found
+/// by QA, stop 51: it hashed a marker for every fence below, and ran for ever.)
+#[test]
+fn show_of_a_damaged_fence_ends() {
+    use engine::ledger::{Claim, Claimed};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flow.db");
+    let file = path.to_str().unwrap();
+    let ledger = ledger_at(&path);
+    ledger.create_run(run_record("r1", RunStatus::Running, b"{}")).unwrap();
+    let key = engine::key::Key([1; 32]);
+    let claim = Claim {
+        key,
+        run_id: "r1",
+        step_id: "s",
+        action: "api.x",
+        inputs_hash: [0; 32],
+        worker: "w1",
+        now_ms: 10,
+        lease_ms: 100,
+        expected_fence: 0,
+        expected_status: None,
+        durable: true,
+        walk: None,
+    };
+    assert!(matches!(ledger.claim(&claim).unwrap(), Claimed::Granted { .. }));
+    ledger.record_plan("r1", &engine::key::Key([2; 32]), br#"["a plan"]"#, 11).unwrap();
+    drop(ledger);
+    rusqlite::Connection::open(&path).unwrap().execute("UPDATE steps SET fence = 9223372036854775807", []).unwrap();
+    let (code, stdout, stderr) = flow_in_time(&["show", "--ledger", file, "--run", "r1"]);
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["steps"][0]["fence"], json!(9223372036854775807u64), "{stdout}");
+    assert_eq!(doc["plans"][0]["plan"], json!(["a plan"]), "{stdout}");
+}
+
 /// `SqliteLedger::read_together`, which `show` reads through: its reads see one state of the file while a worker
 /// commits meanwhile, and the reads after it see the new state; the reader writes nothing.
 #[test]

@@ -28,7 +28,9 @@
 //! (status, reason, times, replay count, trigger), each step record of it ([`engine::ledger::Ledger::run_steps`]: step
 //! id, action, key, status, attempts, a retried keyed key's first attempt, the last attempt's time, the lease's owner,
 //! fence and expiry, the inputs hash, and the output or the error; `paused_here` marks the key a paused run waits at,
-//! whose record may have moved since the pause, when a stalled worker's answer came late), the plans its writes and
+//! whose record may have moved since the pause, when a stalled worker's answer came late; `late_applied` lists each
+//! earlier attempt's answer that it applied which came only after a later attempt had claimed the key, with its fence
+//! and output, or `unstorable` and why, [`engine::executor::late_applied_marker`]), the plans its writes and
 //! agent steps recorded before their first write (under the step's key; the writes are among the step records), the
 //! people's decisions, and the replay history. It is what a person reads before deciding, or when a duplicate is
 //! reported: which keys were sent, how often, and what came back. Stored documents (the trigger, outputs, a mark-done's
@@ -144,7 +146,8 @@ enum Command {
     /// Show everything the ledger holds about one run, as one JSON document.
     ///
     /// The run's record, each of its step records (step, action, key, status, attempts, first and last attempt,
-    /// lease, inputs hash, output or error; `paused_here` on the key a paused run waits at), the plans of its writes
+    /// lease, inputs hash, output or error; `paused_here` on the key a paused run waits at; `late_applied`, an earlier
+    /// attempt's answer that it applied which came after a later attempt claimed the key), the plans of its writes
     /// and agent steps, the people's decisions and the replay history. Times are RFC 3339 UTC; stored documents are
     /// JSON values.
     Show {
@@ -600,6 +603,10 @@ struct ShownStep {
     late_applied: Vec<ShownLate>,
 }
 
+/// How many of a key's earlier fences `show` looks at for a late answer (see [`ShownStep::late_applied`]): a key is
+/// claimed a handful of times, and a fence past this many claims is a damaged record.
+const LATE_FENCES_MAX: u64 = 10_000;
+
 /// An earlier attempt's late answer that it applied (see [`ShownStep::late_applied`]): its output, or why the output
 /// could not be stored (the answer shortened in it).
 #[derive(serde::Serialize)]
@@ -669,10 +676,14 @@ fn show(path: &Path, run: &str) -> ExitCode {
             None => format!("unreadable: {:?}", String::from_utf8_lossy(&text)),
         })
     };
-    // So is an earlier attempt's late answer that it applied, one per fence the key has moved past.
+    // So is an earlier attempt's late answer that it applied, one per fence the key has moved past: looked for at the
+    // last LATE_FENCES_MAX of them, while any plan is left (a damaged ledger's fence of 2^63 must not take forever).
     let late_applied = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key, fence: u64| {
         let mut late = Vec::new();
-        for earlier in 1..fence {
+        for earlier in fence.saturating_sub(LATE_FENCES_MAX).max(1)..fence {
+            if plans.is_empty() {
+                break;
+            }
             let marker = engine::executor::late_applied_marker(key, earlier);
             if let Some(at) = plans.iter().position(|(k, _)| *k == marker) {
                 let (_, kept) = plans.remove(at);

@@ -601,6 +601,31 @@ pub fn flow(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `flow` run with `args`, given 20 s, for a command that could wait or work for ever (one that opened a FIFO waits
+/// for a writer; one that walked a damaged record's every fence would not end): panics past them.
+pub fn flow_in_time(args: &[&str]) -> (i32, String, String) {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flow"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run flow");
+    for _ in 0..2_000 {
+        if child.try_wait().expect("wait for flow").is_some() {
+            let out = child.wait_with_output().expect("flow's output");
+            return (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().expect("stop flow");
+    panic!("{args:?}: flow did not finish within 20 s (a FIFO opened, or a damaged record walked?)");
+}
+
 /// Every file name in `dir` with its bytes.
 pub fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
