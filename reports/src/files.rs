@@ -67,6 +67,28 @@ struct InPlace<'a> {
     path: &'a Path,
     bytes: &'a [u8],
     truncate: bool,
+    append: bool,
+}
+
+/// Set when a file appended to in place was this process's standard output itself (`--json /dev/stdout` with standard
+/// output redirected to a file): appended through a file description of its own, past the offset standard output's
+/// own writes go to. [`take_stdout_appended`] tells the command, which moves standard output to the end before it
+/// writes there again, so that its next line does not land on top of what was appended.
+static STDOUT_APPENDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a write since the last call appended to the file standard output is (see [`STDOUT_APPENDED`]).
+pub fn take_stdout_appended() -> bool {
+    STDOUT_APPENDED.swap(false, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether `file` is the file standard output is (a regular file: a pipe or a terminal has no offset to move).
+#[cfg(unix)]
+fn is_stdout_file(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata("/proc/self/fd/1")) {
+        (Ok(a), Ok(b)) => a.is_file() && (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
 }
 
 impl<'a> InPlace<'a> {
@@ -79,7 +101,7 @@ impl<'a> InPlace<'a> {
         let file = std::fs::OpenOptions::new().write(true).append(append).open(path)?;
         // A device is not truncated (`set_len` fails on one); a regular file is, as `std::fs::write` would.
         let truncate = !append && existing.is_some_and(std::fs::Metadata::is_file);
-        Ok(Self { file, path, bytes, truncate })
+        Ok(Self { file, path, bytes, truncate, append })
     }
 
     fn write(mut self) -> Result<(), WriteError> {
@@ -87,7 +109,12 @@ impl<'a> InPlace<'a> {
         write
             .and_then(|()| self.file.write_all(self.bytes))
             .and_then(|()| self.file.flush())
-            .map_err(|source| WriteError { path: self.path.to_path_buf(), source })
+            .map_err(|source| WriteError { path: self.path.to_path_buf(), source })?;
+        #[cfg(unix)]
+        if self.append && is_stdout_file(&self.file) {
+            STDOUT_APPENDED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 }
 

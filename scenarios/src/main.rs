@@ -9,6 +9,5 @@ static ALLOCATOR: flow_alloc::Allocator = flow_alloc::Allocator;
 fn main() {
     flow_alloc::keep_freed_memory();
     flow_alloc::sqlite_on_mimalloc().expect("SQLite's allocator is set before SQLite starts");
-    scenarios::output::append_when_stdout_is_a_file();
     std::process::exit(scenarios::cli::main());
 }

@@ -18,30 +18,24 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) {
         return;
     }
     let mut stdout = std::io::stdout().lock();
+    // An output file appended to standard output's file through a description of its own (`--json /dev/stdout >
+    // out.txt`) lies past this description's offset: moved to the end first, so this line follows it rather than
+    // landing on top of it (found by QA, stop 51: `report` and `sweep` overwrote a report's start). Nothing is
+    // buffered here: every write is flushed.
+    #[cfg(unix)]
+    if reports::files::take_stdout_appended() {
+        use std::io::Seek as _;
+        use std::os::fd::AsFd as _;
+        if let Ok(fd) = stdout.as_fd().try_clone_to_owned() {
+            let _ = std::fs::File::from(fd).seek(std::io::SeekFrom::End(0));
+        }
+    }
     // Flushed here, not at exit, so that a failure is seen now and where it can be handled.
     if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush())
         && !STDOUT_FAILED.swap(true, Ordering::Relaxed)
         && e.kind() != ErrorKind::BrokenPipe
     {
         write_stderr(format_args!("flowsim: cannot write standard output: {e}\n"));
-    }
-}
-
-/// Sets standard output to append (`O_APPEND`) when it is a regular file (`flowsim ... > out.txt`). An output file
-/// written through standard output (`--json /dev/stdout`, or a link to it) is opened anew and appended to, with an
-/// offset of its own; the command's own lines, written through standard output's offset, would otherwise land on top
-/// of it (found by QA, stop 51: `report` and `sweep` wrote over the start of a report sent there). Appending, each
-/// write lands after the last, whichever file description made it. Done once, at start, before anything is written;
-/// a file the shell opened to append (`>>`) already is, and a pipe or a terminal has no offset to clash.
-pub fn append_when_stdout_is_a_file() {
-    use std::os::fd::AsFd as _;
-    let stdout = std::io::stdout();
-    let fd = stdout.as_fd();
-    let is_file = rustix::fs::fstat(fd)
-        .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile);
-    if is_file && let Ok(flags) = rustix::fs::fcntl_getfl(fd) {
-        // Failing leaves it as it was: the clash above, nothing worse.
-        let _ = rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::APPEND);
     }
 }
 

@@ -75,7 +75,7 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
              crashed worker held waits out the lease, then the lookup's lag bound, then the lookup, then its call",
         ),
         (
-            "[world]\nlease_ms = 200000001\n[connectors.payments]\nlookup_wait_ms = 31999999\n\
+            "[world]\nlease_ms = 200000002\n[connectors.payments]\nlookup_wait_ms = 31999998\n\
              latency_ms_median = 100000000\nlatency_ms_p99 = 100000000\n",
             "= 432000000 ms is not shorter than the heal phase",
         ),
@@ -88,6 +88,11 @@ fn wrong_knobs_are_named_with_what_they_must_be() {
         (
             "[world]\nlease_ms = 1000\n[connectors.contacts]\nlatency_ms_median = 600\nlatency_ms_p99 = 720\n",
             "even its fastest lookups take about 500 ms",
+        ),
+        // Half an odd lease in whole milliseconds, as the engine reckons it.
+        (
+            "[world]\nlease_ms = 1001\n[connectors.contacts]\nlatency_ms_median = 500\nlatency_ms_p99 = 500\n",
+            "not shorter than half of world.lease_ms 1001",
         ),
         // A call in doubt as the chaos ends, a person, and the call the person sends again.
         (
@@ -151,7 +156,7 @@ fn waits_within_the_heal_phase_are_accepted() {
     for toml in [
         "[world]\nperson_share = 0.5\nperson_delay_ms = 431000000\n",
         "[world]\nperson_share = 0.0\nperson_delay_ms = 604800000\n",
-        "[world]\nlease_ms = 200000001\n[connectors.payments]\nlookup_wait_ms = 31999998\n\
+        "[world]\nlease_ms = 200000002\n[connectors.payments]\nlookup_wait_ms = 31999997\n\
          latency_ms_median = 100000000\nlatency_ms_p99 = 100000000\n",
         "[world]\nlease_ms = 1000\n[connectors.payouts]\nlatency_ms_median = 431998999\nlatency_ms_p99 = 431998999\n",
         // Half the lookups slower than half the lease: some creates are sent late, and sent again (QA, stop 51).

@@ -678,14 +678,18 @@ fn show(path: &Path, run: &str) -> ExitCode {
     };
     // So is an earlier attempt's late answer that it applied, one per fence the key has moved past: looked for at the
     // last LATE_FENCES_MAX of them, while any plan is left (a damaged ledger's fence of 2^63 must not take forever).
-    let late_applied = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key, fence: u64| {
+    // Each candidate marker is looked up in a set of the plans' keys, not by a walk of the plans.
+    let mut plan_keys: std::collections::BTreeSet<engine::key::Key> = plans.iter().map(|(k, _)| *k).collect();
+    let mut late_applied = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key, fence: u64| {
         let mut late = Vec::new();
         for earlier in fence.saturating_sub(LATE_FENCES_MAX).max(1)..fence {
-            if plans.is_empty() {
+            if plan_keys.is_empty() {
                 break;
             }
             let marker = engine::executor::late_applied_marker(key, earlier);
-            if let Some(at) = plans.iter().position(|(k, _)| *k == marker) {
+            if plan_keys.remove(&marker)
+                && let Some(at) = plans.iter().position(|(k, _)| *k == marker)
+            {
                 let (_, kept) = plans.remove(at);
                 let unstorable = kept.starts_with(engine::decide::UNSTORABLE_MARK.as_bytes());
                 late.push(ShownLate {
