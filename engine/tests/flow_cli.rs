@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{flow, flow_in_time, ledger_with_paused_runs, live_writer, snapshot};
+use common::{fixture_claim, flow, flow_in_time, ledger_with_paused_runs, live_writer, snapshot};
 use engine::ledger::sqlite::{Options, SqliteLedger};
 use engine::ledger::{Ledger, Resolution, RunStatus};
 use std::path::Path;
@@ -651,20 +651,7 @@ fn resolve_refuses_a_retry_that_would_send_an_applied_step_again() {
     let ledger = ledger_with_paused_runs(&path, &["r1"]);
     // The key `ledger_with_paused_runs` names in the pause reason, answered as applied with an unstorable output.
     let key = engine::key::Key([0xab; 32]);
-    let claim = Claim {
-        key,
-        run_id: "r1",
-        step_id: "payout",
-        action: "bank.payout",
-        inputs_hash: [0; 32],
-        worker: "w1",
-        now_ms: 1,
-        lease_ms: 1_000,
-        expected_fence: 0,
-        expected_status: None,
-        durable: true,
-        walk: None,
-    };
+    let claim = Claim { action: "bank.payout", now_ms: 1, lease_ms: 1_000, ..fixture_claim(key, "r1", "payout") };
     let Claimed::Granted { fence, .. } = ledger.claim(&claim).unwrap() else { panic!("a fresh key is granted") };
     let reason = format!(
         "{}the API answered that the step applied, but its output cannot be stored; the answer: {{\"ref\":1e400}}",

@@ -161,20 +161,7 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
     let outputs = [br#""po_1""#.to_vec(), deep.to_string().into_bytes(), br#""damaged""#.to_vec()];
     for (n, output) in outputs.iter().enumerate() {
         let key = engine::key::Key([n as u8 + 1; 32]);
-        let claim = Claim {
-            key,
-            run_id: "r1",
-            step_id: "s",
-            action: "api.x",
-            inputs_hash: [0; 32],
-            worker: "w1",
-            now_ms: 10 + n as u64,
-            lease_ms: 100,
-            expected_fence: 0,
-            expected_status: None,
-            durable: true,
-            walk: None,
-        };
+        let claim = Claim { now_ms: 10 + n as u64, ..fixture_claim(key, "r1", "s") };
         assert!(matches!(ledger.claim(&claim).unwrap(), Claimed::Granted { .. }));
         ledger.complete(&key, 1, Completion::Succeeded { output: output.clone() }, 20).unwrap();
     }
@@ -202,28 +189,14 @@ fn show_reads_stored_outputs_as_the_engine_does_and_names_a_damaged_row() {
 /// by QA, stop 51: it hashed a marker for every fence below, and ran for ever.)
 #[test]
 fn show_of_a_damaged_fence_ends() {
-    use engine::ledger::{Claim, Claimed};
+    use engine::ledger::Claimed;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flow.db");
     let file = path.to_str().unwrap();
     let ledger = ledger_at(&path);
     ledger.create_run(run_record("r1", RunStatus::Running, b"{}")).unwrap();
     let key = engine::key::Key([1; 32]);
-    let claim = Claim {
-        key,
-        run_id: "r1",
-        step_id: "s",
-        action: "api.x",
-        inputs_hash: [0; 32],
-        worker: "w1",
-        now_ms: 10,
-        lease_ms: 100,
-        expected_fence: 0,
-        expected_status: None,
-        durable: true,
-        walk: None,
-    };
-    assert!(matches!(ledger.claim(&claim).unwrap(), Claimed::Granted { .. }));
+    assert!(matches!(ledger.claim(&fixture_claim(key, "r1", "s")).unwrap(), Claimed::Granted { .. }));
     ledger.record_plan("r1", &engine::key::Key([2; 32]), br#"["a plan"]"#, 11).unwrap();
     drop(ledger);
     rusqlite::Connection::open(&path).unwrap().execute("UPDATE steps SET fence = 9223372036854775807", []).unwrap();

@@ -626,6 +626,25 @@ pub fn flow_in_time(args: &[&str]) -> (i32, String, String) {
     panic!("{args:?}: flow did not finish within 20 s (a FIFO opened, or a damaged record walked?)");
 }
 
+/// A claim of `key` for step `step_id` of run `run_id` by worker `w1`, as a fixture makes one to put a step record in a
+/// ledger: action `api.x`, no fence or status expected, no walk checked. Other fields by struct update.
+pub fn fixture_claim<'a>(key: Key, run_id: &'a str, step_id: &'a str) -> engine::ledger::Claim<'a> {
+    engine::ledger::Claim {
+        key,
+        run_id,
+        step_id,
+        action: "api.x",
+        inputs_hash: [0; 32],
+        worker: "w1",
+        now_ms: 10,
+        lease_ms: 100,
+        expected_fence: 0,
+        expected_status: None,
+        durable: true,
+        walk: None,
+    }
+}
+
 /// Every file name in `dir` with its bytes.
 pub fn snapshot(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
