@@ -155,7 +155,34 @@ pub fn check_all<'a>(
         }
     }
     refuse_inputs(paths.iter().map(|p| p.as_path()), inputs)?;
+    refuse_stdout_file(paths.iter().map(|p| p.as_path()))?;
     paths.into_iter().try_for_each(|p| check_writable(p))
+}
+
+/// Refuses an output that is the file standard output is redirected to (`run --json f > f`), unless it is written
+/// through standard output itself (`/dev/stdout`, appended to): renamed into place, it would replace that file, and
+/// every line the command printed there would be lost (found by QA, stop 51).
+pub fn refuse_stdout_file<'a>(outputs: impl IntoIterator<Item = &'a Path>) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(stdout) = std::fs::metadata("/proc/self/fd/1") else { return Ok(()) };
+        if !stdout.is_file() {
+            return Ok(());
+        }
+        for output in outputs.into_iter().filter(|output| !reports::files::reach(output).through_proc) {
+            if std::fs::metadata(output).is_ok_and(|m| (m.dev(), m.ino()) == (stdout.dev(), stdout.ino())) {
+                return Err(format!(
+                    "{} is the file standard output is redirected to: written there, it would replace what the \
+                     command prints; give another file, or /dev/stdout to have it follow the printed lines",
+                    output.display()
+                ));
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = outputs;
+    Ok(())
 }
 
 /// Refuses an output that is one of the command's `inputs` (see [`same_file`]): writing it would destroy what was

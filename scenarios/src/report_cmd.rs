@@ -190,6 +190,7 @@ fn report(args: &ReportArgs) -> Result<i32, String> {
     let inputs: Vec<&Path> = args.inputs.iter().chain(&args.baseline).map(PathBuf::as_path).collect();
     // Only the names are compared here (the directory may not exist yet): an input inside --out would be replaced.
     crate::output::refuse_inputs(outputs.iter().map(PathBuf::as_path), &inputs)?;
+    crate::output::refuse_stdout_file(outputs.iter().map(PathBuf::as_path))?;
     let inputs = collect(&args.inputs)?;
     /// The scenarios of `policy`'s runs, each once: a report.json's sections name theirs through its run list.
     fn scenarios<'a>(inputs: &'a [reports::report::Input], policy: &str) -> Vec<&'a str> {

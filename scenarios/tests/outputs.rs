@@ -132,3 +132,25 @@ fn a_report_sent_to_a_file_through_stdout_stays_whole() {
     assert!(report.ends_with("}\n") && line.ends_with('\n') && line.lines().count() == 1, "{text}");
     serde_json::from_str::<serde_json::Value>(report).unwrap_or_else(|e| panic!("{e}:\n{text}"));
 }
+
+/// An output that is the very file standard output is redirected to (`report --out R > R/report.json`) is refused
+/// before anything is written: renamed into place, it would replace the file the command prints to. Through
+/// `/dev/stdout` it is taken (the test above). (Found by QA, stop 51: `run --json f > f` lost every printed line.)
+#[test]
+fn an_output_that_is_the_file_stdout_goes_to_is_refused() {
+    let dir = temp_dir("report-is-stdout");
+    let out_dir = dir.join("o");
+    std::fs::create_dir(&out_dir).expect("mkdir");
+    let captured = out_dir.join("report.json");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flowsim"))
+        .args(["report", "docs/month/month-rules.json", "--out", path_str(&out_dir)])
+        .current_dir(root)
+        .stdout(std::fs::File::create(&captured).expect("create"))
+        .output()
+        .expect("flowsim runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("report.json is the file standard output is redirected to"), "{stderr}");
+    assert!(!out_dir.join("report.md").exists(), "nothing is written");
+}
