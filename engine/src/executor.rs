@@ -503,14 +503,33 @@ pub fn resolvable(ledger: &dyn Ledger, run_id: &str) -> Result<Key, Error> {
 /// [`resolvable`], and whether `resolution` can apply at the key: a retry of a step the API answered as applied, with
 /// an answer that cannot be stored, is refused ([`Error::RetryWouldResend`]). Reading only, as `resolvable`.
 pub fn decidable(ledger: &dyn Ledger, run_id: &str, resolution: &Resolution) -> Result<Key, Error> {
+    decided_on(ledger, run_id, resolution).map(|(key, _)| key)
+}
+
+/// [`decidable`], with the key's record it judged: the one a decision filed now is made on (its `seen`).
+fn decided_on(
+    ledger: &dyn Ledger,
+    run_id: &str,
+    resolution: &Resolution,
+) -> Result<(Key, Option<ledger::StepRecord>), Error> {
     let key = resolvable(ledger, run_id)?;
-    if let Resolution::Retry = resolution
-        && let Some(record) = ledger.get(&key)?
-        && would_resend_applied(&record)
+    let record = ledger.get(&key)?;
+    if let (Resolution::Retry, Some(record)) = (resolution, &record)
+        && would_resend_applied(record)
     {
         return Err(Error::RetryWouldResend { run_id: run_id.to_string(), step: record.step_id.to_string() });
     }
-    Ok(key)
+    Ok((key, record))
+}
+
+/// The pause reason of a run whose person's retry (by `by`, when known) would send again a step the API answered
+/// as applied ([`would_resend_applied`]): `reason`, the key's own pause reason, with why the retry is not applied.
+fn retry_would_resend(reason: &str, by: Option<&str>, key: &Key) -> String {
+    let by = by.map(|by| format!(" by {by}")).unwrap_or_default();
+    format!(
+        "{reason}; the decision to retry{by} would send again a step the API answered as applied: a person must \
+         decide again, mark it done or abort [key {key}]"
+    )
 }
 
 /// Is `record` an attempt the API answered as applied, with an answer that cannot be stored
@@ -531,13 +550,13 @@ pub fn record_resolution(
     by: &str,
     now_ms: u64,
 ) -> Result<RunStatus, Error> {
-    let key = decidable(ledger, run_id, resolution)?;
+    let (key, judged) = decided_on(ledger, run_id, resolution)?;
     // A step's output is stored canonical: an output that cannot be would leave the run running with a decision no
     // drive can apply.
     if let Resolution::MarkDone { output } = resolution {
         canonical::to_vec(output).map_err(Error::MarkDoneOutput)?;
     }
-    let seen = ledger.get(&key)?.map(|r| (r.last_attempt_ms, ledger::Seen { status: r.status, fence: r.fence }));
+    let seen = judged.map(|r| (r.last_attempt_ms, ledger::Seen { status: r.status, fence: r.fence }));
     let at_ms = now_ms.max(seen.map_or(0, |(last_attempt_ms, _)| last_attempt_ms) + 1);
     let record = ResolutionRecord {
         run_id: run_id.to_string(),
@@ -1494,11 +1513,7 @@ impl Engine {
                         };
                         let Some(resolution) = pending else {
                             if retry_withdrawn {
-                                let reason = format!(
-                                    "{reason}; the decision to retry would send again a step the API answered as \
-                                     applied: a person must decide again, mark it done or abort [key {key}]"
-                                );
-                                return Ok(End::Paused { reason, key });
+                                return Ok(End::Paused { reason: retry_would_resend(&reason, None, &key), key });
                             }
                             if paused {
                                 return Ok(End::Paused { reason: format!("{reason} [key {key}]"), key });
@@ -1522,11 +1537,7 @@ impl Engine {
                         if let (Resolution::Retry, Some(r)) = (&resolution.resolution, &record)
                             && would_resend_applied(r)
                         {
-                            let reason = format!(
-                                "{reason}; the decision to retry by {} would send again a step the API answered as \
-                                 applied: a person must decide again, mark it done or abort [key {key}]",
-                                resolution.by
-                            );
+                            let reason = retry_would_resend(&reason, Some(&resolution.by), &key);
                             return Ok(End::Paused { reason, key });
                         }
                         // A mark-done made on an attempt of unknown outcome, over which that attempt's answer has
