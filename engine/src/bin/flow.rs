@@ -662,15 +662,16 @@ fn show(path: &Path, run: &str) -> ExitCode {
     let read = read_run(path, run, |l, record| {
         Ok((record, l.run_steps(run)?, l.run_plans(run)?, l.resolutions(run)?, l.replay_history(run)?))
     });
-    let (record, steps, mut plans, decisions, history) = match read {
+    let (record, steps, plans, decisions, history) = match read {
         Ok(read) => read,
         Err(code) => return code,
     };
+    // By key, the order the ledger lists them in: the markers below are taken out by their keys.
+    type Plans = std::collections::BTreeMap<engine::key::Key, Vec<u8>>;
+    let mut plans: Plans = plans.into_iter().collect();
     // A retried keyed key's first attempt is filed among the plans under a key of its own: shown with the key.
-    let first_attempt = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key| {
-        let marker = engine::executor::first_attempt_marker(key);
-        let at = plans.iter().position(|(k, _)| *k == marker)?;
-        let (_, text) = plans.remove(at);
+    let first_attempt = |plans: &mut Plans, key: &engine::key::Key| {
+        let text = plans.remove(&engine::executor::first_attempt_marker(key))?;
         Some(match std::str::from_utf8(&text).ok().and_then(|t| t.parse::<u64>().ok()) {
             Some(ms) => utc(ms),
             None => format!("unreadable: {:?}", String::from_utf8_lossy(&text)),
@@ -678,19 +679,13 @@ fn show(path: &Path, run: &str) -> ExitCode {
     };
     // So is an earlier attempt's late answer that it applied, one per fence the key has moved past: looked for at the
     // last LATE_FENCES_MAX of them, while any plan is left (a damaged ledger's fence of 2^63 must not take forever).
-    // Each candidate marker is looked up in a set of the plans' keys, not by a walk of the plans.
-    let mut plan_keys: std::collections::BTreeSet<engine::key::Key> = plans.iter().map(|(k, _)| *k).collect();
-    let mut late_applied = |plans: &mut Vec<(engine::key::Key, Vec<u8>)>, key: &engine::key::Key, fence: u64| {
+    let late_applied = |plans: &mut Plans, key: &engine::key::Key, fence: u64| {
         let mut late = Vec::new();
         for earlier in fence.saturating_sub(LATE_FENCES_MAX).max(1)..fence {
-            if plan_keys.is_empty() {
+            if plans.is_empty() {
                 break;
             }
-            let marker = engine::executor::late_applied_marker(key, earlier);
-            if plan_keys.remove(&marker)
-                && let Some(at) = plans.iter().position(|(k, _)| *k == marker)
-            {
-                let (_, kept) = plans.remove(at);
+            if let Some(kept) = plans.remove(&engine::executor::late_applied_marker(key, earlier)) {
                 let unstorable = kept.starts_with(engine::decide::UNSTORABLE_MARK.as_bytes());
                 late.push(ShownLate {
                     fence: earlier,
