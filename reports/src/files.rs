@@ -167,6 +167,15 @@ pub fn reach(path: &Path) -> Reach {
     given(false)
 }
 
+/// Makes directory `dir` and its parents, as `std::fs::create_dir_all` does, saying so when `dir` is a file (where
+/// `create_dir_all` says only "File exists").
+pub fn make_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotADirectory, "it is a file, not a directory"));
+    }
+    std::fs::create_dir_all(dir)
+}
+
 /// Writes every `(path, bytes)` of `files`: those that can be renamed into place all or none, then those written in
 /// place (see the module's doc). An error before the renames leaves every file as it was; an error after them names
 /// the file that failed, every other file of the set written.

@@ -986,12 +986,7 @@ pub fn write_report(results: &[Results], baseline: Option<&Results>, out_dir: &P
 
 /// Writes the three files of a report already built ([`write_report`]).
 pub fn write_built(report: &Report, out_dir: &Path) -> Result<(), Error> {
-    // `create_dir_all` over a file says only "File exists".
-    if out_dir.exists() && !out_dir.is_dir() {
-        let source = std::io::Error::new(std::io::ErrorKind::NotADirectory, "it is a file, not a directory");
-        return Err(Error::Write { path: out_dir.to_path_buf(), source });
-    }
-    std::fs::create_dir_all(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
+    crate::files::make_dir(out_dir).map_err(|source| Error::Write { path: out_dir.to_path_buf(), source })?;
     let files = [
         (out_dir.join("report.md"), render_markdown(report)),
         (out_dir.join("report.html"), render_html(report)),

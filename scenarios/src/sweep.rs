@@ -375,10 +375,7 @@ fn sweep(args: &SweepArgs) -> Result<i32, String> {
     check_connector(&profile, &args.connector, &args.scenario)?;
     check_bounds_fit_the_heal(&args.bounds_ms, profile.world.heal_s_max)?;
     check_no_other_sweep(&args.out, &args.bounds_ms)?;
-    if args.out.exists() && !args.out.is_dir() {
-        return Err(format!("cannot create {}: it is a file, not a directory", args.out.display()));
-    }
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    reports::files::make_dir(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     // Every file the sweep writes is checked before the first is written: none may be the scenario it reads (a
     // profile file of an earlier sweep in the same directory), and each must be writable.
     let files: Vec<PathBuf> = args.bounds_ms.iter().map(|b| args.out.join(format!("bound-{b}.toml"))).collect();
