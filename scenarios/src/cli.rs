@@ -181,15 +181,7 @@ pub fn main() -> i32 {
         Command::Scenarios => {
             let listing: String =
                 crate::catalogue::CATALOGUE.iter().map(|s| format!("{:<28} {}\n", s.name, s.stresses)).collect();
-            let mut out = std::io::stdout().lock();
-            match out.write_all(listing.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => 0,
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
-                Err(e) => {
-                    errln!("flowsim scenarios: cannot write standard output: {e}");
-                    2
-                }
-            }
+            write_answer("scenarios", listing.as_bytes(), ClosedPipe::Done)
         }
         Command::Check(args) => crate::check::main(&args),
         Command::Sweep(args) => crate::sweep::main(&args),
@@ -214,7 +206,7 @@ fn canon() -> i32 {
         Err(code) => return code,
     };
     match engine::canonical::canonicalize_bytes(&input) {
-        Ok(bytes) => write_answer("canon", &bytes),
+        Ok(bytes) => write_answer("canon", &bytes, ClosedPipe::Failed),
         Err(e) => {
             errln!("flowsim canon: {e}");
             2
@@ -222,16 +214,31 @@ fn canon() -> i32 {
     }
 }
 
-/// Writes the one answer of `canon` or `key` to standard output. The answer is the whole point of the command, so a
-/// failed write exits 2 (a closed pipe quietly, anything else, such as a full disk, said on standard error).
-fn write_answer(command: &str, bytes: &[u8]) -> i32 {
+/// What a closed pipe means to a command whose output is its answer ([`write_answer`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClosedPipe {
+    /// The answer did not arrive: exit 2 (`canon`, `key`).
+    Failed,
+    /// The reader has what it wanted (`flowsim scenarios | head -1`): exit 0.
+    Done,
+}
+
+/// Writes the one answer of `canon`, `key` or `scenarios` to standard output. The answer is the whole point of the
+/// command, so a failed write exits 2, said on standard error (a full disk); a closed pipe is quiet, and exits as
+/// `closed_pipe` says.
+fn write_answer(command: &str, bytes: &[u8], closed_pipe: ClosedPipe) -> i32 {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => 0,
-        Err(e) => {
-            if e.kind() != std::io::ErrorKind::BrokenPipe {
-                errln!("flowsim {command}: cannot write standard output: {e}");
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            if closed_pipe == ClosedPipe::Done {
+                0
+            } else {
+                2
             }
+        }
+        Err(e) => {
+            errln!("flowsim {command}: cannot write standard output: {e}");
             2
         }
     }
@@ -277,7 +284,7 @@ fn key(run: &str, step: &str, volatile: &[String]) -> i32 {
             }
         }
     };
-    write_answer("key", format!("{key}\n").as_bytes())
+    write_answer("key", format!("{key}\n").as_bytes(), ClosedPipe::Failed)
 }
 
 /// What is wrong with `key`'s arguments, if anything: an empty run or step id, or a volatile path with an empty
